@@ -1,0 +1,278 @@
+"""What a case is, and the registry that holds them.
+
+A *case* is one fusion workload: a plain PyTorch function (the eager reference), a seeded input
+factory, an analytic model of the fewest bytes it must move and the FLOPs it must do, shape sets,
+and tolerances.  Every implementation (eager, Inductor, our Triton kernels, vendor kernels) computes
+the same function on the same inputs, so that they can be compared cell by cell.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+Shape = tuple[int, ...]
+# make_inputs(shape, dtype, device, seed) -> tuple of positional arguments for fn
+InputFactory = Callable[[Shape, torch.dtype, str, int], tuple]
+# bytes_model / flops_model(shape, dtype) -> int
+Model = Callable[[Shape, torch.dtype], int]
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+# (atol, rtol) per dtype.  An output element passes when
+#   |out - ref| <= atol * max|ref| + rtol * |ref|
+# i.e. allclose with the absolute term scaled to the output's magnitude, so that one tolerance
+# serves softmax probabilities (~1e-5) and norm-chain values alike.  The reference is float64.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 1e-2),
+    torch.bfloat16: (1e-2, 5e-2),
+}
+
+
+# Shape axes that are on/off switches rather than sizes.
+FLAG_AXES = {"causal", "channels_last"}
+
+
+class UnknownName(ValueError):
+    """A case or implementation name that is not registered."""
+
+
+def suggest(name: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    key = name.lower().replace("float", "fp").replace("bfloat16", "bf16")
+    key = {"fp": "fp32", "half": "fp16", "bfp16": "bf16"}.get(key, key)
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[key]
+
+
+def shape_str(shape: Shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def parse_shape(text: str, ndim: int | None = None) -> Shape:
+    """'4096x4096' -> (4096, 4096); rejects anything that is not positive integers joined by x."""
+    parts = text.strip().lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"malformed shape {text!r}: expected integers joined by 'x', e.g. 4096x4096") from None
+    if any(d < 0 for d in dims) or not dims:
+        raise ValueError(f"malformed shape {text!r}: dimensions must be non-negative integers")
+    if ndim is not None and len(dims) != ndim:
+        raise ValueError(f"malformed shape {text!r}: this case takes {ndim} dimensions")
+    return dims
+
+
+def numel_bytes(shape: Sequence[int], dtype: torch.dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass
+class Case:
+    """One fusion workload.  See module docstring."""
+
+    name: str
+    family: str
+    fn: Callable[..., Any]
+    make_inputs: InputFactory
+    default_dtype: torch.dtype = torch.float32
+    quick_shapes: list[Shape] = field(default_factory=list)
+    grid_shapes: list[Shape] = field(default_factory=list)
+    axes: tuple[str, ...] = ("dim0", "dim1")
+    bytes_model: Model | None = None
+    flops_model: Model | None = None
+    tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+    # float64 reference; default: fn itself on the inputs upcast to float64.
+    reference: Callable[..., Any] | None = None
+    # How a shape's dimensions are checked beyond their count (e.g. causal must be 0 or 1).
+    validate_shape: Callable[[Shape], None] | None = None
+    # Completes a short shape written by a user, e.g. matmul "MxN" -> (M, N, K=N).
+    complete_shape: Callable[[Shape], Shape] | None = None
+    description: str = ""
+    plugin: str | None = None  # path of the user file that registered it
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))
+
+    def normalize_shape(self, shape: Shape) -> Shape:
+        """Complete and validate a shape; raises ValueError with a one-line message."""
+        if self.complete_shape is not None and len(shape) < len(self.axes):
+            shape = self.complete_shape(shape)
+        self.check_shape(shape)
+        return shape
+
+    def check_shape(self, shape: Shape) -> None:
+        if len(shape) != len(self.axes):
+            raise ValueError(
+                f"malformed shape {shape_str(shape)!r} for {self.name}: expected {len(self.axes)} "
+                f"dimensions ({'x'.join(self.axes)})"
+            )
+        for axis, d in zip(self.axes, shape):
+            if axis in FLAG_AXES and d not in (0, 1):
+                raise ValueError(f"malformed shape {shape_str(shape)!r} for {self.name}: {axis} must be 0 or 1")
+            if axis not in FLAG_AXES and d <= 0:
+                raise ValueError(f"malformed shape {shape_str(shape)!r} for {self.name}: {axis} must be positive")
+        if self.validate_shape is not None:
+            self.validate_shape(shape)
+
+    def min_bytes(self, shape: Shape, dtype: torch.dtype) -> int | None:
+        return None if self.bytes_model is None else int(self.bytes_model(shape, dtype))
+
+    def flops(self, shape: Shape, dtype: torch.dtype) -> int | None:
+        return None if self.flops_model is None else int(self.flops_model(shape, dtype))
+
+    def run_reference(self, args: tuple) -> Any:
+        """The float64 reference outputs for these inputs (floating tensors are upcast)."""
+        up = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        with torch.no_grad():
+            return (self.reference or self.fn)(*up)
+
+
+_REGISTRY: dict[str, Case] = {}
+
+
+def register(case: Case, *, replace: bool = False) -> Case:
+    if case.name in _REGISTRY and not replace and _REGISTRY[case.name].plugin == case.plugin:
+        raise ValueError(f"case {case.name!r} is already registered")
+    _REGISTRY[case.name] = case
+    return case
+
+
+def get_case(name: str) -> Case:
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise UnknownName(f"unknown case {name!r}{suggest(name, list(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def all_cases() -> list[Case]:
+    _load_builtin()
+    return list(_REGISTRY.values())
+
+
+def _load_builtin() -> None:
+    # Importing the family modules registers their cases (once), in the specification's order.
+    import fusebench.cases.elementwise  # noqa: F401
+    import fusebench.cases.reduce  # noqa: F401
+    import fusebench.cases.horizontal  # noqa: F401
+    import fusebench.cases.matmul  # noqa: F401
+    import fusebench.cases.conv  # noqa: F401
+    import fusebench.cases.mix  # noqa: F401
+
+
+def case(
+    name: str | None = None,
+    *,
+    inputs: InputFactory,
+    shapes: Sequence[Shape] = (),
+    grid: Sequence[Shape] | None = None,
+    axes: Sequence[str] | None = None,
+    family: str = "user",
+    dtype: torch.dtype | str = torch.float32,
+    bytes_model: Model | None = None,
+    flops_model: Model | None = None,
+    tolerances: dict | None = None,
+    reference: Callable | None = None,
+    description: str = "",
+) -> Callable[[Callable], Callable]:
+    """Decorator to register a user's own case::
+
+        @fusebench.case(inputs=lambda shape, dtype, device, seed: (randn(shape, dtype, device, seed),),
+                        shapes=[(1024, 1024)])
+        def gelu_tanh(x):
+            return torch.nn.functional.gelu(x, approximate="tanh")
+    """
+
+    def wrap(fn: Callable) -> Callable:
+        dt = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+        quick = [tuple(s) for s in shapes]
+        if not quick:
+            raise ValueError(f"case {name or fn.__name__!r} needs at least one shape")
+        register(
+            Case(
+                name=name or fn.__name__,
+                family=family,
+                fn=fn,
+                make_inputs=inputs,
+                default_dtype=dt,
+                quick_shapes=quick,
+                grid_shapes=[tuple(s) for s in (grid or quick)],
+                axes=tuple(axes) if axes else tuple(f"dim{i}" for i in range(len(quick[0]))),
+                bytes_model=bytes_model,
+                flops_model=flops_model,
+                tolerances={parse_dtype(k) if isinstance(k, str) else k: v for k, v in (tolerances or {}).items()},
+                reference=reference,
+                description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                plugin=getattr(fn, "__module__", None),
+            ),
+            replace=True,
+        )
+        return fn
+
+    return wrap
+
+
+def load_plugin(path: str) -> list[str]:
+    """Import a user's Python file; returns the names of the cases it registered."""
+    import importlib.util
+    import os
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"plugin file not found: {path}")
+    before = set(_REGISTRY)
+    _load_builtin()
+    mod_name = f"fusebench_plugin_{abs(hash(os.path.abspath(path)))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    added = [n for n in _REGISTRY if n not in before or _REGISTRY[n].plugin == mod_name]
+    for n in added:
+        _REGISTRY[n].plugin = os.path.abspath(path)
+    return added
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers shared by the input factories.
+
+
+def generator(device: str, seed: int) -> torch.Generator:
+    # Drawn on the target device: generating gigabytes on the host would dominate a GPU sweep.
+    # The same seed gives the same numbers on one kind of device, not across CPU and GPU.
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def randn(shape: Sequence[int], dtype: torch.dtype, device: str, seed: int, scale: float = 1.0) -> torch.Tensor:
+    """Seeded normal samples, drawn in fp32 and rounded to dtype."""
+    t = torch.randn(tuple(shape), generator=generator(device, seed), dtype=torch.float32, device=device)
+    if scale != 1.0:
+        t.mul_(scale)
+    return t.to(dtype)
+
+
+def rand(shape: Sequence[int], dtype: torch.dtype, device: str, seed: int, low=0.0, high=1.0) -> torch.Tensor:
+    """Seeded uniform samples in [low, high)."""
+    t = torch.rand(tuple(shape), generator=generator(device, seed), dtype=torch.float32, device=device)
+    return t.mul_(high - low).add_(low).to(dtype)
+
+
+def grid_2d(sizes: Sequence[int] = tuple(2**i for i in range(7, 17))) -> list[Shape]:
+    return [(a, b) for a in sizes for b in sizes]

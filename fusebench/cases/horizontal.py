@@ -1,0 +1,35 @@
+"""Horizontal family: two independent consumers of one input, which a fuser serves with one read."""
+import torch
+
+from fusebench.cases.base import Case, grid_2d, numel_bytes, randn, register
+
+
+def horizontal_reduction_pointwise(a):
+    return torch.sum(a, 1), torch.cos(a)
+
+
+def horizontal_reduction_reduction(a):
+    return torch.sum(a, 1), torch.amax(a, 1)
+
+
+def _a(shape, dtype, device, seed):
+    return (randn(shape, dtype, device, seed),)
+
+
+QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
+
+register(Case(
+    name="horizontal_reduction_pointwise", family="horizontal", fn=horizontal_reduction_pointwise,
+    make_inputs=_a, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    # read a once; write the row sums and cos(a)
+    bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + numel_bytes((s[0],), dt),
+    flops_model=lambda s, dt: 2 * s[0] * s[1],
+    description="return sum(a, 1), cos(a)",
+))
+register(Case(
+    name="horizontal_reduction_reduction", family="horizontal", fn=horizontal_reduction_reduction,
+    make_inputs=_a, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    bytes_model=lambda s, dt: numel_bytes(s, dt) + 2 * numel_bytes((s[0],), dt),
+    flops_model=lambda s, dt: 2 * s[0] * s[1],
+    description="return sum(a, 1), amax(a, 1)",
+))

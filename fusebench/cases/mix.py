@@ -1,0 +1,116 @@
+"""Mixed family: attention (matmul, softmax, matmul) and the transformer's point-wise epilogues."""
+import math
+
+import torch
+
+from fusebench.cases.base import Case, grid_2d, numel_bytes, randn, register
+
+# ---------------------------------------------------------------------------------------------
+# attention: a shape is (batch, heads, seqlen, head_dim, causal)
+
+ATTN_AXES = ("batch", "heads", "seqlen", "head_dim", "causal")
+ATTN_GRID = [
+    (b, h, s, d, c)
+    for d, h in ((64, 32), (128, 16))
+    for c in (0, 1)
+    for b in (1, 2, 4, 8, 16, 32)
+    for s in (128, 256, 512, 1024, 2048, 4096, 8192)
+]
+ATTN_QUICK = [(4, 32, 1024, 64, 0), (4, 16, 2048, 128, 0), (4, 16, 2048, 128, 1), (1, 16, 8192, 128, 1)]
+
+
+def attention(q, k, v, causal: bool):
+    """The explicit math: softmax(q k^T / sqrt(d) [+ causal mask]) v."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def _attention_inputs(shape, dtype, device, seed):
+    b, h, s, d, causal = shape
+    q, k, v = (randn((b, h, s, d), dtype, device, seed + i) for i in range(3))
+    return q, k, v, bool(causal)
+
+
+def _attention_flops(s, dt):
+    b, h, n, d, causal = s
+    full = 4 * b * h * n * n * d  # two GEMMs of 2*n*n*d each
+    return full // 2 if causal else full  # the usual convention: causal does half the work
+
+
+register(Case(
+    name="attention", family="mix", fn=attention, make_inputs=_attention_inputs,
+    default_dtype=torch.float16, dtypes=(torch.float16, torch.bfloat16, torch.float32),
+    quick_shapes=ATTN_QUICK, grid_shapes=ATTN_GRID, axes=ATTN_AXES,
+    bytes_model=lambda s, dt: 4 * numel_bytes(s[:4], dt),  # q, k, v read; out written
+    flops_model=_attention_flops,
+    tolerances={torch.float32: (2e-3, 1e-2), torch.float16: (4e-3, 2e-2), torch.bfloat16: (2e-2, 5e-2)},
+    description="softmax(q k^T * scale [+ causal mask]) v",
+))
+
+# ---------------------------------------------------------------------------------------------
+# bias + dropout + add.  Dropout is in eval mode (identity), as in the plan: what is measured is
+# whether the framework removes it and fuses the two adds.  All three tensors are (dim0, dim1);
+# the transposed variant stores bias and residual as (dim1, dim0), the plan's layout study.
+
+QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
+
+
+def bias_dropout_add(inp, bias, residual):
+    out = torch.nn.functional.dropout(inp + bias, p=0.5, training=False)
+    return residual + out
+
+
+def bias_dropout_add_transposed(inp, bias_t, residual_t):
+    bias = torch.transpose(bias_t, 0, 1)
+    out = torch.nn.functional.dropout(inp + bias, p=0.5, training=False)
+    residual = torch.transpose(residual_t, 0, 1)
+    return residual + out
+
+
+def _bda_inputs(shape, dtype, device, seed):
+    return tuple(randn(shape, dtype, device, seed + i) for i in range(3))
+
+
+def _bda_transposed_inputs(shape, dtype, device, seed):
+    m, n = shape
+    return randn((m, n), dtype, device, seed), randn((n, m), dtype, device, seed + 1), randn(
+        (n, m), dtype, device, seed + 2)
+
+
+register(Case(
+    name="bias_dropout_add", family="mix", fn=bias_dropout_add, make_inputs=_bda_inputs,
+    quick_shapes=QUICK, grid_shapes=grid_2d(),
+    bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
+    description="residual + dropout(inp + bias, p=0.5, training=False)",
+))
+register(Case(
+    name="bias_dropout_add_transposed", family="mix", fn=bias_dropout_add_transposed,
+    make_inputs=_bda_transposed_inputs, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
+    description="bias_dropout_add with bias and residual stored transposed",
+))
+
+# ---------------------------------------------------------------------------------------------
+# bias + GELU (tanh approximation, written out as in Megatron).
+
+
+def bias_gelu(inp, bias):
+    x = inp + bias
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+def _bias_gelu_inputs(shape, dtype, device, seed):
+    return randn(shape, dtype, device, seed), randn((shape[1],), dtype, device, seed + 1)
+
+
+register(Case(
+    name="bias_gelu", family="mix", fn=bias_gelu, make_inputs=_bias_gelu_inputs,
+    quick_shapes=QUICK, grid_shapes=grid_2d(),
+    bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + numel_bytes((s[1],), dt),
+    flops_model=lambda s, dt: 10 * s[0] * s[1],
+    description="x = inp + bias; x * 0.5 * (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))",
+))

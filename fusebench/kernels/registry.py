@@ -1,0 +1,37 @@
+"""Registry of fusebench's own Triton kernels, one entry per case.
+
+A kernel module registers a *wrapper*: a Python function with the same signature as the case's
+eager function (see fusebench/cases/) that returns the same outputs (shapes, dtypes, values).
+The `triton` implementation (fusebench/impls/) looks kernels up here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class TritonKernel:
+    case: str
+    fn: Callable  # same signature and outputs as the case's eager function
+    # (shape, dtype, device) -> None if supported, else the reason it is not
+    supports: Callable[[tuple, torch.dtype, str], str | None] | None = None
+    # (shape, dtype) -> a short note stored with the cell, e.g. "tf32", "fused b2b (on chip)"
+    describe: Callable[[tuple, torch.dtype], str] | None = None
+    # False where the kernel uses what TRITON_INTERPRET=1 cannot run (libdevice calls, bf16 math)
+    interpretable: bool = True
+
+
+KERNELS: dict[str, TritonKernel] = {}
+
+
+def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True):
+    """Decorator: register `fn` as fusebench's Triton implementation of `case`."""
+
+    def wrap(fn: Callable) -> Callable:
+        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable)
+        return fn
+
+    return wrap
