@@ -1,2 +1,14 @@
-"""fusebench: a benchmark and test suite for GPU kernel fusion."""
+"""fusebench: a benchmark and test suite for GPU kernel fusion.
+
+    import fusebench
+    df = fusebench.run(["softmax"], shapes="4096x4096")       # a pandas DataFrame, also stored
+
+    @fusebench.case(inputs=lambda shape, dtype, device, seed: (fusebench.randn(shape, dtype, device, seed),),
+                    shapes=[(4096, 4096)])
+    def my_gelu(x):
+        return torch.nn.functional.gelu(x)
+"""
 __version__ = "0.1.0"
+
+from fusebench.api import results, run  # noqa: E402,F401
+from fusebench.cases import Case, case, get_case, rand, randn, register  # noqa: E402,F401

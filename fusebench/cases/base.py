@@ -93,6 +93,8 @@ class Case:
     make_inputs: InputFactory
     default_dtype: torch.dtype = torch.float32
     quick_shapes: list[Shape] = field(default_factory=list)
+    # The quick set on the CPU, where the GPU's quick shapes can take minutes; default: quick_shapes.
+    cpu_shapes: list[Shape] = field(default_factory=list)
     grid_shapes: list[Shape] = field(default_factory=list)
     axes: tuple[str, ...] = ("dim0", "dim1")
     bytes_model: Model | None = None
@@ -101,6 +103,9 @@ class Case:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     # float64 reference; default: fn itself on the inputs upcast to float64.
     reference: Callable[..., Any] | None = None
+    # (args, outputs) -> (args', outputs'): a part of the problem on which the reference is checked
+    # when checking all of it would cost too much (e.g. a few of attention's (batch, head) slices).
+    reference_subset: Callable[[tuple, Any], tuple[tuple, Any]] | None = None
     # How a shape's dimensions are checked beyond their count (e.g. causal must be 0 or 1).
     validate_shape: Callable[[Shape], None] | None = None
     # Completes a short shape written by a user, e.g. matmul "MxN" -> (M, N, K=N).
@@ -272,6 +277,10 @@ def rand(shape: Sequence[int], dtype: torch.dtype, device: str, seed: int, low=0
     """Seeded uniform samples in [low, high)."""
     t = torch.rand(tuple(shape), generator=generator(device, seed), dtype=torch.float32, device=device)
     return t.mul_(high - low).add_(low).to(dtype)
+
+
+# The CPU's quick set for the (dim0, dim1) cases.
+CPU_2D = [(1024, 1024), (4096, 4096)]
 
 
 def grid_2d(sizes: Sequence[int] = tuple(2**i for i in range(7, 17))) -> list[Shape]:

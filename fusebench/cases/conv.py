@@ -24,6 +24,7 @@ RESNET50_LAYERS = [
 ]
 GRID = [(32, *layer, cl) for layer in RESNET50_LAYERS for cl in (0, 1)]
 QUICK = [(32, 64, 56, 56, 64, 3, 1, 1), (32, 256, 14, 14, 1024, 1, 1, 1), (32, 512, 7, 7, 512, 3, 1, 0)]
+CPU = [(4, 64, 56, 56, 64, 3, 1, 0), (4, 256, 14, 14, 1024, 1, 1, 1)]
 TOLERANCES = {torch.float32: (2e-3, 1e-2), torch.float16: (2e-3, 1e-2), torch.bfloat16: (1e-2, 5e-2)}
 
 
@@ -108,7 +109,7 @@ for name, fn, inputs, bytes_model, flops_model, desc in [
 ]:
     register(Case(
         name=name, family="conv", fn=fn, make_inputs=inputs, default_dtype=torch.float16,
-        quick_shapes=list(QUICK), grid_shapes=list(GRID), axes=AXES,
+        quick_shapes=list(QUICK), cpu_shapes=list(CPU), grid_shapes=list(GRID), axes=AXES,
         bytes_model=bytes_model, flops_model=flops_model, tolerances=TOLERANCES,
         validate_shape=_validate, description=desc,
     ))

@@ -1,7 +1,7 @@
 """Element-wise family: a chain of point-wise ops that a fuser turns into one pass."""
 import torch
 
-from fusebench.cases.base import Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
 
 
 def pointwise_chain(x):
@@ -19,6 +19,7 @@ register(
         fn=pointwise_chain,
         make_inputs=lambda shape, dtype, device, seed: (randn(shape, dtype, device, seed),),
         quick_shapes=[(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)],
+        cpu_shapes=CPU_2D,
         grid_shapes=grid_2d(),
         # one read, one write
         bytes_model=lambda s, dt: 2 * numel_bytes(s, dt),

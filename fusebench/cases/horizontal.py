@@ -1,7 +1,7 @@
 """Horizontal family: two independent consumers of one input, which a fuser serves with one read."""
 import torch
 
-from fusebench.cases.base import Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
 
 
 def horizontal_reduction_pointwise(a):
@@ -20,7 +20,7 @@ QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
 
 register(Case(
     name="horizontal_reduction_pointwise", family="horizontal", fn=horizontal_reduction_pointwise,
-    make_inputs=_a, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    make_inputs=_a, quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     # read a once; write the row sums and cos(a)
     bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + numel_bytes((s[0],), dt),
     flops_model=lambda s, dt: 2 * s[0] * s[1],
@@ -28,7 +28,7 @@ register(Case(
 ))
 register(Case(
     name="horizontal_reduction_reduction", family="horizontal", fn=horizontal_reduction_reduction,
-    make_inputs=_a, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    make_inputs=_a, quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: numel_bytes(s, dt) + 2 * numel_bytes((s[0],), dt),
     flops_model=lambda s, dt: 2 * s[0] * s[1],
     description="return sum(a, 1), amax(a, 1)",

@@ -12,7 +12,8 @@ from fusebench.cases.base import Case, numel_bytes, randn, register
 
 SIZES = [2**i for i in range(7, 15)]  # 128 .. 16384
 GRID = [(m, n, n) for m in SIZES for n in SIZES]
-QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 1024)]
+QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)]
+CPU = [(512, 512, 512), (1024, 1024, 1024)]
 # tf32 is PyTorch's default for fp32 convolutions and Triton's for fp32 dots: allow its rounding.
 TOLERANCES = {torch.float32: (2e-3, 1e-2), torch.float16: (2e-3, 1e-2), torch.bfloat16: (1e-2, 5e-2)}
 
@@ -66,7 +67,7 @@ for name, fn, inputs, extra, epi, desc in [
 ]:
     register(Case(
         name=name, family="matmul", fn=fn, make_inputs=inputs, default_dtype=torch.float16,
-        quick_shapes=list(QUICK), grid_shapes=list(GRID), axes=("M", "N", "K"),
+        quick_shapes=list(QUICK), cpu_shapes=list(CPU), grid_shapes=list(GRID), axes=("M", "N", "K"),
         complete_shape=lambda s: (s[0], s[1], s[1]),
         bytes_model=_gemm_bytes(extra), flops_model=_gemm_flops(epi), tolerances=TOLERANCES,
         description=desc,
@@ -74,7 +75,8 @@ for name, fn, inputs, extra, epi, desc in [
 
 register(Case(
     name="matmul_matmul", family="matmul", fn=matmul_matmul, make_inputs=_abc, default_dtype=torch.float16,
-    quick_shapes=[(4096, 128, 128, 128), (4096, 1024, 1024, 1024), (8192, 4096, 4096, 4096)],
+    quick_shapes=[(8192, 128, 128, 128), (4096, 1024, 1024, 1024), (8192, 4096, 4096, 4096)],
+    cpu_shapes=[(1024, 128, 128, 128), (1024, 512, 512, 512)],
     grid_shapes=[(m, n, n, n) for m in SIZES for n in SIZES],
     axes=("M", "N", "K", "P"),
     # (M, N) -> K = P = N: a (M,N) @ b (N,N) @ c (N,N)

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from fusebench.cases.base import Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
 
 # ---------------------------------------------------------------------------------------------
 # attention: a shape is (batch, heads, seqlen, head_dim, causal)
@@ -29,6 +29,34 @@ def attention(q, k, v, causal: bool):
     return torch.softmax(scores, -1) @ v
 
 
+def attention_reference(q, k, v, causal: bool):
+    """float64 reference, one (batch, head) slice at a time so the scores never exceed S*S."""
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            out[b, h] = attention(q[b, h], k[b, h], v[b, h], causal)
+    return out
+
+
+ATTN_SAMPLE = 4  # (batch, head) slices checked per seed on large shapes
+
+
+def attention_subset(args, out):
+    """Bound the reference's cost on large shapes: check ATTN_SAMPLE (batch, head) slices, spread
+    over the tensor (first, last and between), instead of all of them."""
+    q, k, v, causal = args
+    b, h = q.shape[:2]
+    if b * h <= ATTN_SAMPLE:
+        return args, out
+    picks = sorted({round(i * (b * h - 1) / (ATTN_SAMPLE - 1)) for i in range(ATTN_SAMPLE)})
+    idx = [(p // h, p % h) for p in picks]
+
+    def take(t):
+        return torch.stack([t[i, j] for i, j in idx])[:, None]  # (n, 1, S, D)
+
+    return (take(q), take(k), take(v), causal), take(out)
+
+
 def _attention_inputs(shape, dtype, device, seed):
     b, h, s, d, causal = shape
     q, k, v = (randn((b, h, s, d), dtype, device, seed + i) for i in range(3))
@@ -44,9 +72,9 @@ def _attention_flops(s, dt):
 register(Case(
     name="attention", family="mix", fn=attention, make_inputs=_attention_inputs,
     default_dtype=torch.float16, dtypes=(torch.float16, torch.bfloat16, torch.float32),
-    quick_shapes=ATTN_QUICK, grid_shapes=ATTN_GRID, axes=ATTN_AXES,
+    quick_shapes=ATTN_QUICK, cpu_shapes=[(2, 8, 512, 64, 0), (2, 8, 512, 64, 1)], grid_shapes=ATTN_GRID, axes=ATTN_AXES,
     bytes_model=lambda s, dt: 4 * numel_bytes(s[:4], dt),  # q, k, v read; out written
-    flops_model=_attention_flops,
+    flops_model=_attention_flops, reference=attention_reference, reference_subset=attention_subset,
     tolerances={torch.float32: (2e-3, 1e-2), torch.float16: (4e-3, 2e-2), torch.bfloat16: (2e-2, 5e-2)},
     description="softmax(q k^T * scale [+ causal mask]) v",
 ))
@@ -83,13 +111,13 @@ def _bda_transposed_inputs(shape, dtype, device, seed):
 
 register(Case(
     name="bias_dropout_add", family="mix", fn=bias_dropout_add, make_inputs=_bda_inputs,
-    quick_shapes=QUICK, grid_shapes=grid_2d(),
+    quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
     description="residual + dropout(inp + bias, p=0.5, training=False)",
 ))
 register(Case(
     name="bias_dropout_add_transposed", family="mix", fn=bias_dropout_add_transposed,
-    make_inputs=_bda_transposed_inputs, quick_shapes=QUICK, grid_shapes=grid_2d(),
+    make_inputs=_bda_transposed_inputs, quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
     description="bias_dropout_add with bias and residual stored transposed",
 ))
@@ -109,7 +137,7 @@ def _bias_gelu_inputs(shape, dtype, device, seed):
 
 register(Case(
     name="bias_gelu", family="mix", fn=bias_gelu, make_inputs=_bias_gelu_inputs,
-    quick_shapes=QUICK, grid_shapes=grid_2d(),
+    quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + numel_bytes((s[1],), dt),
     flops_model=lambda s, dt: 10 * s[0] * s[1],
     description="x = inp + bias; x * 0.5 * (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))",

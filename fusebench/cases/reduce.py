@@ -5,7 +5,7 @@ All reduce over dim 1 of a (dim0, dim1) tensor, so a fused kernel keeps each row
 import torch
 import torch.nn.functional as F
 
-from fusebench.cases.base import Case, grid_2d, numel_bytes, rand, randn, register
+from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, rand, randn, register
 
 QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
 
@@ -94,5 +94,6 @@ for _case in [
          description="3 x (y = sum(x, 1, keepdim); x = x * y)"),
 ]:
     _case.quick_shapes = list(QUICK)
+    _case.cpu_shapes = CPU_2D
     _case.grid_shapes = grid_2d()
     register(_case)

@@ -1,0 +1,118 @@
+"""The Python API: run a selection and get a pandas DataFrame, from a script or a notebook.
+
+    import fusebench
+    df = fusebench.run(["softmax"], impls=["eager", "inductor"], shapes="4096x4096")
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from fusebench.cases import load_plugin
+from fusebench.env import best_device, collect
+from fusebench.measure.timing import TimingSettings
+from fusebench.runner.plan import Cell, plan_cells
+from fusebench.runner.scheduler import RunOptions, Scheduler
+from fusebench.store import Store, StoreError, default_db_path
+
+
+def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
+    if gpus is None or gpus == "":
+        return None
+    if isinstance(gpus, str):
+        if gpus == "all":
+            import torch
+
+            n = torch.cuda.device_count()
+            if n == 0:
+                raise ValueError("--gpus all: no CUDA GPU is visible")
+            return list(range(n))
+        try:
+            return [int(g) for g in gpus.split(",")]
+        except ValueError:
+            raise ValueError(f"malformed --gpus {gpus!r}: expected 'all' or indices like 0,1") from None
+    return list(gpus)
+
+
+def run(
+    cases: Sequence[str] | None = None,
+    impls: Sequence[str] | None = None,
+    shapes: str = "quick",
+    dtype: str | None = None,
+    device: str | None = None,
+    db: str | None = None,
+    plugins: Sequence[str] = (),
+    isolate: bool = False,
+    timing: TimingSettings | None = None,
+    cell_timeout: float = 900.0,
+    gpus: str | Sequence[int] | None = None,
+    resume: int | None = None,
+    on_cell: Callable[[Cell, dict | None], None] | None = None,
+    on_plan: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """Measure cases x implementations x shapes; store every cell; return the run's rows.
+
+    `isolate=True` runs each cell in a worker process (crash and hang containment, several GPUs);
+    the default runs in this process, which also sees cases registered interactively.
+    """
+    plugins = list(plugins)
+    for path in plugins:
+        load_plugin(path)
+    store = Store.open(db or default_db_path())
+    try:
+        if resume is not None:
+            info = store.run_info(resume)
+            request = json.loads(info["request"] or "{}")
+            for path in request.get("plugins", []):
+                if path not in plugins:
+                    load_plugin(path)
+                    plugins.append(path)
+            cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
+                               request.get("dtype"), request["device"])
+            done = store.done_keys(resume)
+            todo = [c for c in cells if c.key() not in done]
+            run_id = resume
+            timing = timing or TimingSettings(**json.loads(info["timing"] or "{}"))
+            with store.con:
+                store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
+        else:
+            device = device or best_device()
+            if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+                raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
+            if device.startswith("cuda"):
+                import torch
+
+                if not torch.cuda.is_available():
+                    raise ValueError("--device cuda: no CUDA GPU is visible")
+            timing = timing or TimingSettings()
+            todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
+            request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
+                           shapes=shapes, dtype=dtype, device=device, plugins=[p for p in plugins])
+            run_id = store.start_run(collect(device), request, timing.as_dict())
+        if on_plan:
+            on_plan(run_id, len(todo))
+        opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=_parse_gpus(gpus),
+                          plugins=plugins)
+        status = "interrupted"
+        try:
+            Scheduler(store, run_id, opts, on_cell).run(todo)
+            status = "done"
+        finally:
+            store.finish_run(run_id, status)
+        return store.cells(run_id)
+    finally:
+        store.close()
+
+
+def results(run_id: int | None = None, db: str | None = None) -> pd.DataFrame:
+    """The rows of one run (default: the latest) as a DataFrame."""
+    store = Store.open(db or default_db_path(), create=False)
+    try:
+        return store.cells(run_id)
+    finally:
+        store.close()
+
+
+__all__ = ["run", "results", "StoreError"]

@@ -1,0 +1,210 @@
+"""The `fusebench` command line.
+
+Every command turns bad input (unknown name, malformed shape, unknown dtype, a file that is not a
+fusebench store) into one line on stderr and exit status 2, before anything is stored.
+"""
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Benchmark and test suite for GPU kernel fusion.")
+# Wide enough for a summary table when the output is piped to a file.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+EXIT_BAD_INPUT = 2
+
+
+def fail(message: str) -> None:
+    err.print(f"fusebench: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def bad_input_is_exit_2(fn):
+    """Turn the exceptions that mean "bad input" into one clear line and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from fusebench.cases import UnknownName
+        from fusebench.store import StoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except (UnknownName, StoreError, FileNotFoundError, ValueError, KeyError) as exc:
+            fail(str(exc).strip("'\""))
+
+    return wrapper
+
+
+def _split(values: Optional[List[str]]) -> Optional[List[str]]:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command("list")
+@bad_input_is_exit_2
+def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases.")):
+    """List cases, implementations available here, and default shapes."""
+    from fusebench.cases import DTYPE_NAMES, all_cases, load_plugin, shape_str
+    from fusebench.env import best_device
+    from fusebench.impls import all_impls
+
+    for path in plugin or []:
+        load_plugin(path)
+    device = best_device()
+    t = Table(title="cases", title_justify="left")
+    for col in ("case", "family", "dtype", "shape axes", "quick shapes", "grid", "definition"):
+        t.add_column(col, overflow="fold")
+    for c in all_cases():
+        quick = c.cpu_shapes if device == "cpu" and c.cpu_shapes else c.quick_shapes
+        t.add_row(c.name, c.family, DTYPE_NAMES[c.default_dtype], "x".join(c.axes),
+                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), c.description)
+    out.print(t)
+    t = Table(title=f"implementations (here: {device})", title_justify="left")
+    for col in ("implementation", "what", "here"):
+        t.add_column(col, overflow="fold")
+    for impl in all_impls():
+        t.add_row(impl.name, impl.description, _availability(impl, device))
+    out.print(t)
+
+
+def _availability(impl, device: str) -> str:
+    """Whether an implementation runs on this device, and for which cases."""
+    from fusebench.cases import all_cases
+
+    reason = impl.available(device)
+    if reason:
+        return f"no: {reason}"
+    cases = [c.name for c in all_cases()
+             if impl.supports(c, (c.cpu_shapes or c.quick_shapes)[0], c.default_dtype, device) is None]
+    return "yes (all cases)" if len(cases) == len(all_cases()) else f"yes: {', '.join(cases) or 'no case yet'}"
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command()
+@bad_input_is_exit_2
+def run(
+    cases: Optional[List[str]] = typer.Argument(None, help="Cases to run (default: all)."),
+    impl: Optional[List[str]] = typer.Option(None, "--impl", help="Implementations, comma-separated."),
+    shapes: str = typer.Option("quick", help="quick | grid | AxB,CxD,..."),
+    dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: each case's own)."),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
+    db: Optional[str] = typer.Option(None, help="Results database (default ./fusebench.db or $FUSEBENCH_DB)."),
+    plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases."),
+    strict: bool = typer.Option(False, help="Exit 1 if any cell is mismatch, error, crashed or timeout."),
+    resume: Optional[int] = typer.Option(None, help="Run ID to complete: measure only its missing cells."),
+    gpus: Optional[str] = typer.Option(None, help="all | 0,1,...: one worker per GPU."),
+    cell_timeout: float = typer.Option(900.0, help="Seconds before a cell is declared hung and killed."),
+    isolate: bool = typer.Option(True, help="Run cells in worker processes (crash and hang containment)."),
+):
+    """Measure cases x implementations x shapes, store every cell, print a summary."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    import fusebench
+    from fusebench.cases import shape_str
+
+    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick"):
+        fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
+             "--device or --plugin with it")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"),
+                        TimeRemainingColumn(), console=err, transient=False)
+    state = {"task": None, "counts": {}}
+
+    def on_plan(run_id: int, n: int):
+        err.print(f"run {run_id}: {n} cells{' to resume' if resume else ''}", highlight=False)
+        state["task"] = progress.add_task("starting", total=n, counts="")
+
+    def on_cell(cell, row):
+        if row is None:
+            progress.update(state["task"], description=f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}")
+            return
+        state["counts"][row["status"]] = state["counts"].get(row["status"], 0) + 1
+        counts = " ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items()))
+        progress.update(state["task"], advance=1, counts=counts)
+
+    # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with progress:
+            df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
+                               plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
+                               resume=resume, on_cell=on_cell, on_plan=on_plan)
+    except KeyboardInterrupt:
+        err.print("interrupted: finished cells are stored; complete the run with "
+                  "`fusebench run --resume RUN_ID`", highlight=False)
+        raise typer.Exit(130)
+    from fusebench.summary import print_summary
+
+    print_summary(df, out)
+    bad = df[df.status.isin(["mismatch", "error", "crashed", "timeout"])]
+    if strict and len(bad):
+        err.print(f"--strict: {len(bad)} cell(s) failed", highlight=False)
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command()
+@bad_input_is_exit_2
+def results(
+    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    db: Optional[str] = typer.Option(None, help="Results database."),
+    format: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write to this file instead of stdout."),
+):
+    """Print or export the cells of a run."""
+    import fusebench
+    from fusebench.summary import print_summary
+
+    if format not in ("table", "csv", "json", "parquet"):
+        fail(f"unknown format {format!r}; choose table, csv, json or parquet")
+    df = fusebench.results(run_id, db)
+    if format == "table":
+        print_summary(df, out)
+        return
+    from fusebench.report.export import export
+
+    export(df, format, output)
+
+
+@app.command()
+@bad_input_is_exit_2
+def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
+    """List the runs in the store."""
+    from fusebench.store import Store, default_db_path
+
+    store = Store.open(db or default_db_path(), create=False)
+    df = store.runs()
+    store.close()
+    t = Table()
+    for col in df.columns:
+        t.add_column(str(col))
+    for _, r in df.iterrows():
+        t.add_row(*["" if v is None else str(v) for v in r])
+    out.print(t)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The environment a run measured on: versions, device, clocks.  Stored with every run."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+
+import torch
+
+import fusebench
+
+
+def git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _nvidia_smi(query: str) -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def best_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def collect(device: str) -> dict:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    env = {
+        "fusebench_version": fusebench.__version__,
+        "git_commit": git_commit(),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": "cuda" if device.startswith("cuda") else "cpu",
+    }
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(device)
+        env.update(device_name=props.name, device_count=torch.cuda.device_count(),
+                   driver=_nvidia_smi("driver_version"))
+        clocks = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu")
+        if clocks:
+            keys = ["sm_mhz", "mem_mhz", "max_sm_mhz", "max_mem_mhz", "power_w", "temp_c"]
+            env["clocks"] = dict(zip(keys, [c.strip() for c in clocks.split(",")]))
+    else:
+        env.update(device_name=platform.processor() or platform.machine(), device_count=os.cpu_count(), driver=None)
+    return env

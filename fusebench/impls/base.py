@@ -1,0 +1,84 @@
+"""What an implementation is, and the registry that holds them.
+
+An implementation turns a case into a callable for one (shape, dtype, device): eager runs the
+function as written, Inductor compiles it, `triton` looks up our own kernel, the SDPA backends
+call PyTorch's fused attention.  Implementations register with `@implementation`.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager
+
+import torch
+
+from fusebench.cases.base import Case, Shape, UnknownName, suggest
+
+
+class NotSupported(Exception):
+    """Raised by prepare() or a call when the implementation cannot run this cell here."""
+
+
+class FellBack(Exception):
+    """A compiled implementation ran (part of) the call outside its compiled code."""
+
+
+@dataclass
+class Prepared:
+    """A ready-to-call implementation for one cell."""
+
+    fn: Callable  # called as fn(*args) with the case's inputs
+    # Entered around every call (e.g. choosing an SDPA backend), outside the timed region.
+    context: Callable[[], ContextManager] = contextlib.nullcontext
+    note: str = ""  # stored with the cell: how this implementation ran (precision, path chosen ...)
+    # Called after warm-up and after timing; raises FellBack if the calls were not what they claim.
+    check: Callable[[], dict] = lambda: {}
+    timing_available: str | None = None  # reason timing is not meaningful (e.g. interpreter)
+    extra: dict = field(default_factory=dict)
+
+
+class Implementation:
+    name: str = ""
+    description: str = ""
+    # Run by default on the CPU?  (max-autotune is slow to compile there and adds little.)
+    default_on_cpu: bool = True
+
+    def available(self, device: str) -> str | None:
+        """None if this implementation can run at all on `device`, else why not."""
+        return None
+
+    def supports(self, case: Case, shape: Shape, dtype: torch.dtype, device: str) -> str | None:
+        """None if this implementation can run the cell, else the reason it cannot."""
+        return self.available(device)
+
+    def prepare(self, case: Case, shape: Shape, dtype: torch.dtype, device: str) -> Prepared:
+        raise NotImplementedError
+
+
+_IMPLS: dict[str, Implementation] = {}
+
+
+def implementation(cls):
+    """Class decorator: register one instance of an Implementation subclass."""
+    inst = cls()
+    _IMPLS[inst.name] = inst
+    return cls
+
+
+def _load() -> None:
+    import fusebench.impls.eager  # noqa: F401
+    import fusebench.impls.inductor  # noqa: F401
+    import fusebench.impls.triton_impl  # noqa: F401
+    import fusebench.impls.sdpa  # noqa: F401
+
+
+def get_impl(name: str) -> Implementation:
+    _load()
+    if name not in _IMPLS:
+        raise UnknownName(f"unknown implementation {name!r}{suggest(name, list(_IMPLS))}")
+    return _IMPLS[name]
+
+
+def all_impls() -> list[Implementation]:
+    _load()
+    return list(_IMPLS.values())

@@ -1,0 +1,11 @@
+"""`eager`: the case's function as written, run by PyTorch op by op."""
+from fusebench.impls.base import Implementation, Prepared, implementation
+
+
+@implementation
+class Eager(Implementation):
+    name = "eager"
+    description = "the function as written, in PyTorch"
+
+    def prepare(self, case, shape, dtype, device):
+        return Prepared(fn=case.fn)

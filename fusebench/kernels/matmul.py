@@ -1,0 +1,420 @@
+"""GEMM with a fused epilogue, and two GEMMs back to back.
+
+Cases (fusebench/cases/matmul.py): matmul_add `a @ b + bias`, matmul_relu `relu(a @ b)`,
+matmul_add_relu `relu(a @ b + bias)`, matmul_matmul `(a @ b) @ c`.
+
+Kernels
+- `_gemm_kernel`: the tutorial's tiled GEMM (pointer arithmetic, grouped program order for L2
+  reuse) whose epilogue -- bias add, residual add, relu -- is applied to the fp32 accumulator
+  before the one and only store.  Runs everywhere, the interpreter included.
+- `_gemm_tma_kernel`: the same GEMM for Hopper, persistent (one program per SM walking the tiles
+  in grouped order) and fed by TMA tensor descriptors.  Used for fp16/bf16 when the strides allow
+  TMA (16-byte aligned rows).
+- `_b2b_kernel`: `(a @ b) @ c` with the (BLOCK_M x N) intermediate kept in registers, for N <= 256;
+  wider intermediates go through two GEMMs.
+
+The epilogue switches (HAS_BIAS, HAS_RES, RELU) are runtime scalars, not constexprs: one compiled
+binary per (dtype, config) then serves all three matmul cases and the 1x1 convolutions, which
+keeps autotuning affordable.  They are branch-uniform and outside the K loop, so they cost nothing.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels.gemm_utils import (
+    check_device, dot_precision, grouped_tile, has_tensor_descriptors, interpreting, is_hopper_or_newer,
+    next_pow2, num_sms, precision_note,
+)
+from fusebench.kernels.registry import triton_kernel
+
+# ------------------------------------------------------------------------------------------------
+# Autotuning spaces.  Hopper: large 128x256 / 256x128 tiles with 8 warps (two warpgroups issuing
+# wgmma), 128x128 for mid sizes, smaller tiles only when the grid would not fill the GPU.
+# Under the interpreter a single small config, so that tests do not autotune.
+
+
+def _cfg(bm, bn, bk, stages, warps, group=8, **extra):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, **extra},
+                         num_stages=stages, num_warps=warps)
+
+
+def _gemm_configs():
+    if interpreting():
+        return [_cfg(32, 32, 32, 1, 4)]
+    if is_hopper_or_newer():
+        return [
+            _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
+            _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
+        ]
+    # Ampere and older: the tutorial's space (less shared memory, no wgmma)
+    return [
+        _cfg(128, 256, 32, 3, 8), _cfg(128, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4), _cfg(64, 128, 32, 4, 4),
+        _cfg(64, 64, 32, 4, 4), _cfg(32, 64, 32, 5, 2),
+    ]
+
+
+def _tma_configs():
+    if not is_hopper_or_newer():
+        return [_cfg(128, 128, 64, 3, 8, EPILOGUE_SUBTILE=False)]  # never launched: TMA is Hopper-only
+    # EPILOGUE_SUBTILE stores C in two halves: half the shared-memory staging buffer, which is what
+    # lets the 128x256 tile keep three pipeline stages within Hopper's 227 KB.
+    # (256x128 would need 240 KB even so: left out.)
+    return [_cfg(128, 256, 64, 3, 8, EPILOGUE_SUBTILE=True), _cfg(128, 128, 64, 4, 8, EPILOGUE_SUBTILE=True),
+            _cfg(128, 128, 64, 4, 4, EPILOGUE_SUBTILE=True),
+            _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False), _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False)]
+
+
+def _prune_gemm(configs, named_args, **kwargs):
+    """Drop configs that cannot suit this shape before benchmarking (saves compile time too).
+
+    Large grids: only big tiles (>= 128x128) with at least two waves of tiles.  Small grids:
+    only tiles <= 128x128, and never a tile much taller/wider than the matrix.
+    """
+    M, N = named_args["M"], named_args["N"]
+    if len(configs) == 1:
+        return configs
+    sms = num_sms()
+    fits = [c for c in configs
+            if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M)) and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
+    fits = fits or configs[-1:]
+
+    def tiles(c):
+        return triton.cdiv(M, c.kwargs["BLOCK_M"]) * triton.cdiv(N, c.kwargs["BLOCK_N"])
+
+    big = [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and tiles(c) >= 2 * sms]
+    if big:
+        return big
+    small = [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128]
+    return small or fits
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 1: tiled GEMM with fused epilogue, pointer arithmetic.
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU):
+    """acc (fp32, BLOCK_M x BLOCK_N) -> acc + bias[n] + res[m, n], then relu; all in fp32."""
+    if HAS_BIAS != 0:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    if HAS_RES != 0:
+        res_ptrs = res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn
+        res = tl.load(res_ptrs, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N), other=0.0)
+        acc = acc + res.to(tl.float32)
+    if RELU != 0:
+        acc = tl.maximum(acc, 0.0)
+    return acc
+
+
+@triton.autotune(configs=_gemm_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune_gemm})
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+@triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr,  #
+                 M, N, K,  #
+                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,  #
+                 HAS_BIAS, HAS_RES, RELU,  #
+                 PRECISION: tl.constexpr, EVEN_K: tl.constexpr,  #
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # which C tile this program owns, in grouped order
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+
+    # Rows of A / columns of B past the matrix edge are redirected to row/column 0: the loads stay
+    # in bounds without a mask, the garbage lands in C rows/columns that the store masks off.
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_m < M, offs_m, 0), BLOCK_M), BLOCK_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(offs_n < N, offs_n, 0), BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # &A[m, k] = a + m*stride_am + k*stride_ak ; &B[k, n] = b + k*stride_bk + n*stride_bn
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:  # the K tail reads zeros
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # epilogue on the fp32 accumulator, then the single store of C
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 2: persistent TMA GEMM for Hopper, same epilogue.
+
+
+def _tma_block_shapes(nargs):
+    # Descriptors are built on the host with a dummy block; each config sets its own block here.
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk] if nargs["B_TRANS"] else [bk, bn]
+    nargs["c_desc"].block_shape = [bm, bn // 2] if nargs["EPILOGUE_SUBTILE"] else [bm, bn]
+
+
+def _with_hook(configs):
+    for c in configs:
+        c.pre_hook = _tma_block_shapes
+    return configs
+
+
+@triton.autotune(configs=_with_hook(_tma_configs()), key=["M", "N", "K", "B_TRANS"],
+                 prune_configs_by={"early_config_prune": _prune_gemm})
+@triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
+def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
+                     M, N, K, stride_rm, stride_rn,  #
+                     HAS_BIAS, HAS_RES, RELU,  #
+                     B_TRANS: tl.constexpr, NUM_SMS: tl.constexpr,  #
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     EPILOGUE_SUBTILE: tl.constexpr):
+    start_pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    # A second tile counter for the epilogue (as in the persistent-matmul tutorial: the pipeliner
+    # handles a loop-carried value better when the prologue and epilogue do not share it).
+    tile_id_c = start_pid - NUM_SMS
+    # Each program walks tiles start_pid, start_pid + NUM_SMS, ...; TMA fills out-of-bounds with 0.
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_TRANS:  # b is stored (N, K): load a (BLOCK_N, BLOCK_K) tile and transpose the view
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc)
+
+        tile_id_c += NUM_SMS
+        pid_m, pid_n = grouped_tile(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU)
+        # TMA store clips the tile at the matrix edge
+        c = acc.to(c_desc.dtype)
+        if EPILOGUE_SUBTILE:  # (BM, BN) -> (BM, 2, BN/2) -> two (BM, BN/2) halves, stored one after the other
+            c0, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c0)
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], c1)
+        else:
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
+
+
+# ------------------------------------------------------------------------------------------------
+# Host side.
+
+# "tma" (Hopper, fp16/bf16, aligned), "ptr", or "auto" (tma where it applies).
+GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
+
+
+def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
+    if not has_tensor_descriptors() or a.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    # (the bias and the residual are read with pointers: any strides are fine)
+    def tma_2d(t):  # last stride 1, other stride and base 16-byte aligned
+        es = t.element_size()
+        return t.stride(1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
+
+    b_ok = tma_2d(b) or tma_2d(b.t())
+    return tma_2d(a) and b_ok and tma_2d(c)
+
+
+def gemm_impl_for(a, b, c, res=None) -> str:
+    if GEMM_IMPL == "ptr":
+        return "ptr"
+    ok = _tma_ok(a, b, c, res)
+    if GEMM_IMPL == "tma" and not ok:
+        return "ptr"
+    return "tma" if ok else "ptr"
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+         relu: bool = False, out: torch.Tensor | None = None, impl: str | None = None) -> torch.Tensor:
+    """out[M, N] = epilogue(a[M, K] @ b[K, N]) in one kernel; epilogue = + bias[N], + residual[M, N], relu.
+
+    `out` may be any strided (M, N) view (the 1x1 convolutions write into an NHWC tensor).
+    """
+    assert a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0], (a.shape, b.shape)
+    assert a.dtype == b.dtype
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
+    if M == 0 or N == 0:
+        return c
+    if K == 0:  # an empty sum: only the epilogue remains
+        acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
+        acc = acc + (bias.float() if bias is not None else 0) + (residual.float() if residual is not None else 0)
+        return c.copy_(torch.relu(acc) if relu else acc)
+    bias_arg = bias if bias is not None else c  # never read when HAS_BIAS == 0
+    res_arg = residual if residual is not None else c
+    srm, srn = (residual.stride(0), residual.stride(1)) if residual is not None else (0, 0)
+    flags = (int(bias is not None), int(residual is not None), int(relu))
+    impl = impl or gemm_impl_for(a, b, c, residual)
+    if impl == "tma":
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
+        dummy = [1, 1]
+        a_desc = TensorDescriptor.from_tensor(a, dummy)
+        b_desc = TensorDescriptor.from_tensor(b.t() if b_trans else b, dummy)
+        c_desc = TensorDescriptor.from_tensor(c, dummy)
+        sms = num_sms(a.device.index or 0)
+
+        def grid(meta):
+            return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+
+        _gemm_tma_kernel[grid](a_desc, b_desc, c_desc, bias_arg, res_arg, M, N, K, srm, srn, *flags,
+                               B_TRANS=b_trans, NUM_SMS=sms)
+        return c
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+    _gemm_kernel[grid](a, b, c, bias_arg, res_arg, M, N, K,
+                       a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), srm, srn,
+                       *flags, PRECISION=dot_precision(a.dtype))
+    return c
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 3: back-to-back GEMM, intermediate on chip.
+
+
+def _b2b_configs():
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_K": 32, "BLOCK_P": 32}, num_stages=1, num_warps=4)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_K": bk, "BLOCK_P": bp}, num_stages=s, num_warps=w)
+            for bm, bk, bp, s, w in [(64, 64, 128, 3, 4), (128, 64, 128, 3, 8), (64, 32, 64, 4, 4),
+                                     (32, 64, 128, 3, 4)]]
+
+
+def _prune_b2b(configs, named_args, **kwargs):
+    n, p = named_args["N"], named_args["P"]
+    keep = [c for c in configs if c.kwargs["BLOCK_P"] <= next_pow2(p)]
+    if n > 128:  # a (BLOCK_M x 256) fp32 accumulator: keep the tile short
+        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64]
+    return keep or configs[-1:]
+
+
+@triton.autotune(configs=_b2b_configs(), key=["M", "N", "K", "P"], prune_configs_by={"early_config_prune": _prune_b2b})
+@triton.jit
+def _b2b_kernel(a_ptr, b_ptr, c_ptr, o_ptr,  #
+                M, N, K, P,  #
+                stride_am, stride_ak, stride_bk, stride_bn, stride_cn, stride_cp, stride_om, stride_op,  #
+                PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,  #
+                BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
+    # One program owns BLOCK_M rows of the output and all its P columns.
+    pid = tl.program_id(axis=0)
+    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_am = tl.where(offs_m < M, offs_m, 0)  # out-of-range rows read row 0, never stored
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_n = tl.arange(0, BLOCK_N)  # the whole width of the intermediate (padded to a power of 2)
+    n_mask = offs_n < N
+
+    # Stage 1: t = a[rows, :] @ b  -> (BLOCK_M, BLOCK_N), accumulated over K in fp32.
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & n_mask[None, :], other=0.0)
+        t = tl.dot(a, b, t, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    # Round the intermediate to the input dtype, as eager's (a @ b) does; it stays in registers.
+    t = t.to(c_ptr.dtype.element_ty)
+
+    # Stage 2: out[rows, p:p+BLOCK_P] = t @ c[:, p:p+BLOCK_P] for each chunk of P.
+    # Padded columns of t are 0 (b was masked) and the matching rows of c are masked to 0 too.
+    offs_p = tl.arange(0, BLOCK_P)
+    for p0 in range(0, P, BLOCK_P):
+        cols = p0 + offs_p
+        c_ptrs = c_ptr + offs_n[:, None] * stride_cn + cols[None, :] * stride_cp
+        c = tl.load(c_ptrs, mask=n_mask[:, None] & (cols[None, :] < P), other=0.0)
+        o = tl.dot(t, c, input_precision=PRECISION)
+        o_ptrs = o_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_op
+        tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (cols[None, :] < P))
+
+
+B2B_MAX_N = 256  # widest intermediate kept on chip
+
+
+def b2b_fused(n: int) -> bool:
+    return n <= B2B_MAX_N
+
+
+def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    M, K = a.shape
+    N, P = c.shape
+    out = torch.empty((M, P), device=a.device, dtype=a.dtype)
+    if M == 0 or P == 0:
+        return out
+    _b2b_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](
+        a, b, c, out, M, N, K, P,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), out.stride(0), out.stride(1),
+        PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Registered wrappers: same signatures and outputs as the eager functions.
+
+
+def _supports(shape, dtype, device):
+    return check_device(dtype, device)
+
+
+def _describe_gemm(shape, dtype):
+    note = precision_note(dtype)
+    if dtype != torch.float32 and has_tensor_descriptors() and GEMM_IMPL != "ptr":
+        m, n, k = shape[:3]
+        if n % 8 == 0 and k % 8 == 0:
+            return f"{note}, persistent TMA GEMM + fused epilogue"
+    return f"{note}, tiled GEMM + fused epilogue"
+
+
+@triton_kernel("matmul_add", supports=_supports, describe=_describe_gemm, interpretable=True)
+def matmul_add(a, b, bias):
+    return gemm(a, b, bias=bias)
+
+
+@triton_kernel("matmul_relu", supports=_supports, describe=_describe_gemm, interpretable=True)
+def matmul_relu(a, b):
+    return gemm(a, b, relu=True)
+
+
+@triton_kernel("matmul_add_relu", supports=_supports, describe=_describe_gemm, interpretable=True)
+def matmul_add_relu(a, b, bias):
+    return gemm(a, b, bias=bias, relu=True)
+
+
+def _describe_b2b(shape, dtype):
+    n = shape[1]
+    if b2b_fused(n):
+        return f"{precision_note(dtype)}, fused b2b (intermediate on chip, N={n} <= {B2B_MAX_N})"
+    return f"{precision_note(dtype)}, two GEMMs (N={n} > {B2B_MAX_N}: intermediate too wide for the chip)"
+
+
+@triton_kernel("matmul_matmul", supports=_supports, describe=_describe_b2b, interpretable=True)
+def matmul_matmul(a, b, c):
+    if b2b_fused(b.shape[1]):
+        return b2b(a, b, c)
+    return gemm(gemm(a, b), c)

@@ -1,0 +1,250 @@
+"""Host-side helpers shared by fusebench's Triton kernels.
+
+Nothing here launches a kernel of its own: these are sizes, device facts, launch plans for
+row-wise kernels, and a small per-shape autotuner.  The module holds no `@triton.jit` functions,
+so that it imports the same way with and without `TRITON_INTERPRET=1`.
+
+Heuristics (documented here once, used by every memory-bound kernel):
+
+* Elements per thread.  A program holds its tile in registers; about 16 fp32 values per thread
+  (four 16-byte loads) keeps enough loads in flight to cover DRAM latency without spilling.
+  `num_warps_for` turns a tile size into a warp count with that target.
+* Rows on chip.  A row of up to `MAX_ONCHIP` elements is held by one program in registers
+  (16384 fp32 values is 32 per thread at 16 warps), so a row reduction reads its input once.
+* Longer rows.  One program per row looping over the row (`loop`: a second pass re-reads the
+  row, from L2 while it is still there), or several programs per row with partial results
+  combined afterwards (`split`: uses every SM when there are few rows).  The heuristic picks
+  `split` when there are fewer rows than twice the SM count; on a GPU the autotuner also times
+  the other.
+* The first call for a shape on a GPU times each candidate plan (`autotune`) and keeps the
+  fastest for that key; the CPU, the interpreter and CUDA-graph capture use the heuristic's
+  first candidate.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Hashable, Sequence, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+# A row this long (in elements) or shorter is kept in one program's registers.
+MAX_ONCHIP = 16384
+
+
+# ----------------------------------------------------------------------------------------------
+# sizes
+
+
+def is_interpreter() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def prev_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n.bit_length() - 1)
+
+
+def num_warps_for(elements: int, per_thread: int = 16, lo: int = 1, hi: int = 16) -> int:
+    """Warps for a tile of `elements` so that each thread holds about `per_thread` of them."""
+    w = next_pow2(cdiv(elements, 32 * per_thread))
+    return max(lo, min(hi, w))
+
+
+# ----------------------------------------------------------------------------------------------
+# device facts
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_props(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def _cuda_index(device) -> int:
+    dev = torch.device(device)
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def num_sms(device) -> int:
+    """Streaming multiprocessors of `device`.  On the CPU (the interpreter runs programs one
+    after another) a small fixed count keeps plans, and tests, small and deterministic."""
+    if torch.device(device).type != "cuda":
+        return 4
+    return _cuda_props(_cuda_index(device)).multi_processor_count
+
+
+def l2_bytes(device) -> int:
+    """L2 cache size of `device` in bytes (50 MB assumed where PyTorch does not say)."""
+    if torch.device(device).type != "cuda":
+        return 50 * 2**20
+    return int(getattr(_cuda_props(_cuda_index(device)), "L2_cache_size", 50 * 2**20) or 50 * 2**20)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch plans for kernels that reduce each row of a 2-D tensor
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """How a row-wise kernel covers an (M, N) tensor.
+
+    mode "tile":  each program holds `block_m` whole rows (`block_n` >= N columns) on chip.
+    mode "loop":  one program per row walks it in steps of `block_n` columns.
+    mode "split": `splits` programs per row, each holding a chunk of `block_n` columns on chip;
+                  their partial results are combined by a second step.
+    """
+
+    mode: str
+    block_m: int
+    block_n: int
+    num_warps: int
+    splits: int = 1
+
+    def describe(self) -> str:
+        if self.mode == "tile":
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps)"
+        if self.mode == "loop":
+            return f"looped rows (step {self.block_n}, {self.num_warps} warps)"
+        return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
+
+
+def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int | None = None) -> RowPlan:
+    """Rows on chip: whole rows, several per program when rows are short.
+
+    About 4096 elements per program (16 KB of fp32) unless that leaves fewer than two programs
+    per SM, in which case fewer rows per program."""
+    bn = max(16, next_pow2(N))
+    if block_m is None:
+        block_m = max(1, 4096 // bn)
+        while block_m > 1 and cdiv(M, block_m) < 2 * num_sms(device):
+            block_m //= 2
+    if num_warps is None:
+        num_warps = num_warps_for(block_m * bn, per_thread=16, lo=4, hi=16)
+    return RowPlan("tile", block_m, bn, num_warps)
+
+
+def loop_plan(block_n: int = 4096, num_warps: int | None = None) -> RowPlan:
+    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16))
+
+
+def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPlan:
+    chunk = next_pow2(chunk)
+    return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
+
+
+def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP) -> list[RowPlan]:
+    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first."""
+    if N <= max_onchip:
+        base = tile_plan(M, N, device)
+        cands = [base, tile_plan(M, N, device, base.block_m, min(32, 2 * base.num_warps))]
+        if base.block_m > 1 or base.block_n <= 2048:
+            cands.append(tile_plan(M, N, device, 2 * base.block_m, min(32, 2 * base.num_warps)))
+        return _unique(cands)
+    loops = [loop_plan(4096), loop_plan(8192, 16)]
+    splits = [split_plan(N, 4096), split_plan(N, 8192)]
+    few_rows = M < 2 * num_sms(device)
+    return _unique(splits + loops if few_rows else loops + splits)
+
+
+def _unique(items: list[T]) -> list[T]:
+    seen, out = set(), []
+    for it in items:
+        if it not in seen:
+            seen.add(it)
+            out.append(it)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# per-shape autotuning
+
+_TUNED: dict[Hashable, object] = {}
+
+
+def autotune_enabled(device) -> bool:
+    return (
+        torch.device(device).type == "cuda"
+        and not is_interpreter()
+        and os.environ.get("FUSEBENCH_AUTOTUNE", "1") != "0"
+        and not torch.cuda.is_current_stream_capturing()
+    )
+
+
+def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], object], device) -> T:
+    """The candidate to use for `key` (which must name the shape, dtype, strides and device).
+
+    On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
+    of a few runs, L2 flushed before each, as triton.testing.do_bench does) and keeps the fastest
+    for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
+    A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
+    if key in _TUNED:
+        return _TUNED[key]  # type: ignore[return-value]
+    if len(candidates) == 1 or not autotune_enabled(device):
+        return candidates[0]
+    flush = torch.empty(2 * l2_bytes(device) // 4, dtype=torch.int32, device=device)
+    best, best_ms, errors = None, float("inf"), []
+    for cand in candidates:
+        try:
+            ms = _time_ms(lambda: launch(cand), flush)
+        except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
+            errors.append(f"{cand}: {type(exc).__name__}: {exc}")
+            continue
+        if ms < best_ms:
+            best, best_ms = cand, ms
+    del flush
+    if best is None:
+        raise RuntimeError("no candidate config ran: " + "; ".join(errors))
+    _TUNED[key] = best
+    return best
+
+
+def _time_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int = 5) -> float:
+    fn()  # compiles on first use
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def tuned() -> dict[Hashable, object]:
+    """The choices made so far, key -> candidate (for reports)."""
+    return dict(_TUNED)
+
+
+# ----------------------------------------------------------------------------------------------
+# tensors
+
+
+def as_2d_strided(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when its element offsets fit in int32 along a row, else a contiguous copy.
+
+    Kernels take a 64-bit row stride but compute in-row offsets `col * col_stride` in 32 bits;
+    only an exotic view (a column stride times the row length past 2**31) is copied."""
+    if t.dim() != 2:
+        raise ValueError(f"expected a 2-D tensor, got shape {tuple(t.shape)}")
+    if t.shape[1] > 0 and (t.shape[1] - 1) * abs(t.stride(1)) >= 2**31:
+        return t.contiguous()
+    return t
+
+
+def key_of(*tensors: torch.Tensor) -> tuple:
+    """Autotuning key part that names shapes, dtypes, strides and device of `tensors`."""
+    return tuple((tuple(t.shape), t.dtype, t.stride(), str(t.device)) for t in tensors)

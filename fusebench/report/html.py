@@ -1,0 +1,344 @@
+"""The run report: one self-contained HTML page (no network needed to view it).
+
+At the top, a summary per case and pair of implementations (geometric-mean speedup, best and worst
+shape) and the run's environment.  Then per case: heatmaps of the speedup of one implementation
+over another across the shape grid, % of roofline, kernels launched, traffic amplification and
+accuracy where they were measured, a table per implementation, and why cells failed.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import jinja2
+import pandas as pd
+
+from fusebench.report import heatmap as hm
+from fusebench.report.grid import Layout, place
+from fusebench.report.tables import (
+    OK, Cell, Table, csv_data_uri, decode_json, num, panel_figures, ratio_frame, shape_ratio,
+    speedup_cell, summarize,
+)
+
+DEFAULT_PAIRS = [("inductor", "eager"), ("triton", "inductor")]
+FAILED = ["mismatch", "error", "crashed", "oom", "timeout", "skipped", "unsupported"]
+
+
+# Per-implementation metrics drawn as heatmaps: (column, title, scale, colour-bar label, statuses
+# whose value is still shown).  A wrong answer's error is exactly what the accuracy map is for.
+METRICS = [
+    ("pct_roofline", "% of roofline", hm.PERCENT, "% of the roofline (ceilings measured on this device)", {OK}),
+    ("kernels", "kernels launched per call", hm.COUNT, "kernels per call", {OK, "mismatch"}),
+    ("traffic_amplification", "traffic amplification", hm.AMPLIFICATION,
+     "DRAM bytes moved / minimum bytes (1 = each byte once)", {OK, "mismatch"}),
+    ("tol_ratio", "accuracy: max error / tolerance", hm.TOLERANCE, "max error / tolerance (≤ 1 passes)",
+     {OK, "mismatch"}),
+]
+# Drawn only where tol_ratio is not stored.
+FALLBACK_ACCURACY = ("max_rel_err", "accuracy: max relative error", hm.ERROR,
+                     "max relative error vs float64", {OK, "mismatch"})
+# Metrics drawn even when one value covers the whole grid (the spec asks for roofline per impl).
+ALWAYS_DRAW = {"pct_roofline"}
+
+
+def render_report(store, run_id: int | None, out_path: str,
+                  pairs: list[tuple[str, str]] | None = None) -> str:
+    """Write the HTML report of one run to out_path and return the path written.
+
+    pairs: (implementation, baseline) pairs; each heatmap shows time(baseline) / time(impl), the
+    speedup of the implementation.  Default: inductor over eager, and triton over inductor, where
+    both ran.  run_id None means the store's latest run.
+    """
+    run_id = store.latest_run() if run_id is None else run_id
+    info = store.run_info(run_id)
+    cells, layouts = place(store.cells(run_id))
+    sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs)
+                for name in case_order(cells["case_name"])]
+    html = render_template(
+        "report.html.j2",
+        title=f"fusebench report — run {run_id}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
+        run_id=run_id, info=info, environment=environment(info),
+        summary=summary_table(sections), sections=sections, status_legend=status_legend(),
+        db=store.path, all_csv=csv_data_uri(cells.drop(columns=[c for c in cells if c.endswith("_key")])),
+    )
+    return write(out_path, html)
+
+
+# --------------------------------------------------------------------------------------------
+# the page
+
+
+def render_template(name: str, **context) -> str:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("fusebench.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]),
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.get_template(name).render(**context)
+
+
+def write(out_path: str, html: str) -> str:
+    out_path = os.path.abspath(out_path)
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(html)
+    return out_path
+
+
+def case_order(names: pd.Series) -> list[str]:
+    """The registry's order (the specification's) for known cases, then the others as they came."""
+    present = list(dict.fromkeys(names))
+    try:
+        from fusebench.cases import all_cases
+
+        known = [c.name for c in all_cases()]
+    except Exception:
+        known = []
+    return [n for n in known if n in present] + [n for n in present if n not in known]
+
+
+def case_meta(name: str) -> dict:
+    try:
+        from fusebench.cases import get_case
+
+        case = get_case(name)
+        return {"family": case.family, "description": case.description, "known": True}
+    except Exception:
+        return {"family": "user", "description": "not in the case registry: laid out from the stored rows",
+                "known": False}
+
+
+def environment(info: dict) -> list[dict]:
+    """The run's identity, software and device, and its timing settings, as titled key-value lists."""
+    ident = ["id", "status", "started", "finished", "git_commit", "fusebench_version", "hostname"]
+    software = ["torch", "triton", "cuda", "driver", "python", "platform"]
+    device = ["device", "device_name", "device_count"]
+    groups = [("run", ident), ("device", device), ("software", software)]
+    out = [{"title": t, "items": [(k, info.get(k)) for k in keys if info.get(k) not in (None, "")]}
+           for t, keys in groups]
+    for title, key in (("clocks", "clocks"), ("timing", "timing"), ("request", "request")):
+        items = decode_json(info.get(key))
+        out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items()]})
+    return [g for g in out if g["items"]]
+
+
+def _plain(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v) if len(v) <= 12 else f"{', '.join(str(x) for x in v[:12])} … ({len(v)})"
+    return str(v)
+
+
+def status_legend() -> list[dict]:
+    return [{"status": s, "fill": hm.STATUS_STYLE[s][0], "hatch": bool(hm.STATUS_STYLE[s][1])}
+            for s in (*FAILED, "missing")]
+
+
+# --------------------------------------------------------------------------------------------
+# one case
+
+
+def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs) -> dict:
+    meta = case_meta(name)
+    impls = list(dict.fromkeys(rows["impl"]))
+    chosen = case_pairs(rows, pairs)
+    return {
+        "name": name, "anchor": f"case-{name}", **meta,
+        "dtypes": list(dict.fromkeys(rows["dtype"])), "impls": impls,
+        "axes": f"{layout.row_title} × {layout.col_title}" if layout and layout.row_title else "",
+        "statuses": dict(Counter(rows["status"])),
+        "pairs": [pair_block(rows, impl, base, layout) for impl, base in chosen],
+        "unpaired": _unpaired_note(rows, impls, pairs, chosen),
+        "metrics": metric_blocks(rows, layout),
+        "impl_table": impl_table(rows),
+        "failures": failure_table(rows),
+        "not_available": not_available_table(rows),
+        "notes": note_table(rows),
+        "csv": csv_data_uri(rows.drop(columns=[c for c in rows if c.endswith("_key")])),
+    }
+
+
+def timed_impls(rows: pd.DataFrame) -> set[str]:
+    """Implementations with at least one timed cell in this case."""
+    return set(rows.loc[rows["time_us"].notna(), "impl"])
+
+
+def case_pairs(rows: pd.DataFrame, pairs) -> list[tuple[str, str]]:
+    """The pairs to draw for a case: those asked for (or the defaults) whose sides both ran here.
+
+    A case that has none of the default pairs (say eager and sdpa-flash only) gets every timed
+    implementation over the first one (eager when present), so that no case goes without a map.
+    """
+    timed = timed_impls(rows)
+    wanted = pairs if pairs is not None else DEFAULT_PAIRS
+    chosen = [(a, b) for a, b in wanted if a in timed and b in timed and a != b]
+    if chosen or pairs is not None:
+        return chosen
+    order = list(dict.fromkeys(rows["impl"]))
+    if len([i for i in order if i in timed]) < 2:
+        return []
+    base = "eager" if "eager" in timed else next(i for i in order if i in timed)
+    return [(i, base) for i in order if i in timed and i != base]
+
+
+def _unpaired_note(rows, impls, pairs, chosen) -> str:
+    if chosen:
+        return ""
+    timed = sorted(timed_impls(rows))
+    if pairs is not None:
+        asked = ", ".join(f"{a}/{b}" for a, b in pairs)
+        return f"None of the pairs asked for ({asked}) has both sides timed in this case; timed: {', '.join(timed) or 'none'}."
+    return f"Fewer than two implementations were timed here ({', '.join(timed) or 'none'}): no speedup to draw."
+
+
+def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) -> dict:
+    """Heatmaps and numbers of the speedup of impl over base (time(base) / time(impl))."""
+    frame = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "time_us", base, None)
+    legend = f"speedup = time({base}) / time({impl});  > 1: {impl} faster"
+    block = {
+        "impl": impl, "base": base, "title": f"{impl} vs {base}",
+        "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
+                                 f"{rows['case_name'].iloc[0]}: speedup of {impl} over {base}", legend),
+        "by_dtype": [], "wall_figures": [],
+    }
+    wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)
+    for dtype in dict.fromkeys(frame["dtype"]):
+        block["by_dtype"].append({"dtype": dtype, "gpu": summarize(frame[frame["dtype"] == dtype]),
+                                  "wall": summarize(wall[wall["dtype"] == dtype]),
+                                  "failed": _failed_counts(frame[frame["dtype"] == dtype])})
+    # Host time per call tells a different story where wrappers and guards cost more than the
+    # kernels save (the plan's finding); drawn when measured, folded away by default.
+    if wall["ratio"].notna().any():
+        block["wall_figures"] = panel_figures(
+            wall, "ratio", "label", layout, hm.SPEEDUP,
+            f"{rows['case_name'].iloc[0]}: wall-time speedup of {impl} over {base}",
+            f"wall-time speedup = wall({base}) / wall({impl})")
+    return block
+
+
+def _failed_counts(frame: pd.DataFrame) -> str:
+    labels = frame["label"].dropna()
+    return " · ".join(f"{k} {v}" for k, v in Counter(labels).most_common())
+
+
+def metric_blocks(rows: pd.DataFrame, layout: Layout | None) -> list[dict]:
+    """Per metric, a heatmap per implementation where it was measured and varies over shapes."""
+    metrics = [m for m in METRICS if m[0] in rows]
+    if not _measured(rows, "tol_ratio") and _measured(rows, "max_rel_err"):
+        metrics.append(FALLBACK_ACCURACY)
+    blocks = []
+    for column, title, scale, legend, shown in metrics:
+        accuracy = column in ("tol_ratio", "max_rel_err")
+        figures = []
+        for impl in dict.fromkeys(rows["impl"]):
+            mine = rows[rows["impl"] == impl]
+            measured = mine[column].dropna()
+            if measured.empty or (column not in ALWAYS_DRAW and measured.nunique() < 2):
+                continue  # not measured, or one value for the whole grid: the table says it
+            frame = mine.assign(label=mine["status"].where(~mine["status"].isin(shown)))
+            figures += panel_figures(frame, column, "label", layout, scale,
+                                     f"{rows['case_name'].iloc[0]}: {title} — {impl}", legend)
+        if figures:
+            # Accuracy maps are folded away unless some answer was wrong: then they are the news.
+            wrong = (rows["status"] == "mismatch").any()
+            blocks.append({"title": title, "figures": figures, "column": column, "open": not accuracy or wrong})
+    return blocks
+
+
+def _measured(rows: pd.DataFrame, column: str) -> bool:
+    return column in rows and rows[column].notna().any()
+
+
+# --------------------------------------------------------------------------------------------
+# tables of one case
+
+
+def impl_table(rows: pd.DataFrame) -> Table:
+    """One line per implementation and dtype: outcomes, median time and the other metrics."""
+    g = rows.groupby(["impl", "dtype"], sort=False)
+    columns = [
+        ("time (µs, median)", "time_us", lambda s: num(s.median())),
+        ("wall (µs, median)", "wall_time_us", lambda s: num(s.median())),
+        ("GB/s (median)", "gbps", lambda s: num(s.median())),
+        ("TFLOP/s (median)", "tflops", lambda s: num(s.median())),
+        ("% roofline (median · max)", "pct_roofline", lambda s: f"{s.median():.0f} · {s.max():.0f}"),
+        ("kernels", "kernels", _span),
+        ("traffic ampl. (median · max)", "traffic_amplification", lambda s: f"{s.median():.2f} · {s.max():.2f}"),
+        ("max error / tol (worst)", "tol_ratio", lambda s: num(s.max())),
+        ("max rel. err (worst)", "max_rel_err", lambda s: num(s.max())),
+        ("compile cold (s, median)", "compile_cold_s", lambda s: num(s.median())),
+        ("peak mem (MiB, max)", "peak_mem_bytes", lambda s: num(s.max() / 2**20)),
+    ]
+    present = [(h, c, f) for h, c, f in columns if c in rows and rows[c].notna().any()]
+    table = Table(["implementation", "dtype", "cells", "ok", "not ok"] + [h for h, _, _ in present])
+    table.numeric = set(range(2, len(table.columns)))
+    for (impl, dtype), part in g:
+        failed = Counter(part.loc[part["status"] != OK, "status"])
+        table.add(impl, dtype, len(part), int((part["status"] == OK).sum()),
+                  " · ".join(f"{k} {v}" for k, v in failed.most_common()) or "—",
+                  *[f(part[c].dropna()) if part[c].notna().any() else "—" for _, c, f in present])
+    return table
+
+
+def _span(s: pd.Series) -> str:
+    lo, hi = int(s.min()), int(s.max())
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
+def failure_table(rows: pd.DataFrame, limit: int = 6) -> Table:
+    """Why cells did not finish ok, grouped by implementation, status and reason."""
+    failed = rows[rows["status"] != OK].assign(reason=lambda d: d["reason"].fillna(""))
+    table = Table(["implementation", "dtype", "status", "cells", "shapes", "reason"])
+    for (impl, dtype, status, reason), part in failed.groupby(["impl", "dtype", "status", "reason"], sort=False):
+        shapes = list(part["shape"])
+        more = f" … and {len(shapes) - limit} more" if len(shapes) > limit else ""
+        short = reason if len(reason) <= 240 else reason[:240] + " …"
+        table.add(impl, dtype, Cell(status, style=_status_style(status)), len(shapes),
+                  ", ".join(shapes[:limit]) + more, Cell(short, title=reason))
+    return table
+
+
+def _status_style(status: str) -> str:
+    return f"background:{hm.status_style(status)[0]}"
+
+
+def not_available_table(rows: pd.DataFrame) -> Table:
+    """Metrics that could not be measured, with the stored reasons (never estimated instead)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for impl, na in zip(rows["impl"], rows["na"]):
+        for metric, why in decode_json(na).items():
+            seen.setdefault((metric, str(why)), set()).add(impl)
+    table = Table(["metric", "why not available", "implementations"])
+    for (metric, why), impls in sorted(seen.items()):
+        table.add(metric, why, ", ".join(sorted(impls)))
+    return table
+
+
+def note_table(rows: pd.DataFrame) -> Table:
+    notes = rows.dropna(subset=["note"]).groupby(["impl", "note"], sort=False).size()
+    table = Table(["implementation", "note", "cells"])
+    for (impl, note), n in notes.items():
+        table.add(impl, note, n)
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# the summary at the top
+
+
+def summary_table(sections: list[dict]) -> Table:
+    table = Table(["case", "dtype", "implementation vs baseline", "geomean speedup", "wall-time geomean",
+                   "cells compared", "best shape", "worst shape", "not compared"])
+    table.numeric = {3, 4, 5}
+    for s in sections:
+        link = Cell(s["name"], href=f"#{s['anchor']}")
+        if not s["pairs"]:
+            table.add(link, ", ".join(s["dtypes"]), Cell(s["unpaired"] or "—", style="color:#666"),
+                      "—", "—", "—", "—", "—", _status_summary(s["statuses"]))
+        for p in s["pairs"]:
+            for d in p["by_dtype"]:
+                gpu, wall = d["gpu"], d["wall"]
+                table.add(link, d["dtype"], p["title"], speedup_cell(gpu["geomean"]),
+                          speedup_cell(wall["geomean"]), f"{gpu['n']} / {gpu['total']}",
+                          shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]), d["failed"] or "—")
+    return table
+
+
+def _status_summary(statuses: dict) -> str:
+    return " · ".join(f"{k} {v}" for k, v in statuses.items() if k != OK) or "—"

@@ -1,0 +1,146 @@
+"""Measuring one cell: one implementation of one case at one shape and dtype.
+
+The order matters and is the methodology: check support; prepare (compile) outside any timing;
+check accuracy against float64 on several seeds (the first call is the warm-up); only then time.
+Nothing here writes to the store: the result is a plain dict, so a worker process can send it.
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+
+from fusebench.cases import DTYPES, get_case, shape_str
+from fusebench.impls import FellBack, get_impl
+from fusebench.measure.accuracy import compare
+from fusebench.measure.timing import TimingSettings, time_call, wall_time
+from fusebench.runner.plan import Cell, cpu_dtype
+from fusebench.store import now
+
+SEEDS = (0, 1, 2)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    msg = str(exc)
+    return "out of memory" in msg or "DefaultCPUAllocator: can't allocate" in msg
+
+
+def free_memory(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def predicted_bytes(case, shape, dtype) -> int | None:
+    """Memory a cell needs at least: the inputs and outputs, plus the float64 reference's copy of
+    them for the accuracy check (unless the case checks a sample).  Intermediates come on top."""
+    io = case.min_bytes(shape, dtype)
+    if io is None:
+        return None
+    if case.reference_subset is not None:
+        return io
+    return io + io * 8 // torch.empty((), dtype=dtype).element_size()
+
+
+def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS) -> dict:
+    """Measure `cell`; never raises for a failure of the cell itself (it becomes the status)."""
+    t0 = time.perf_counter()
+    row = dict(case_name=cell.case, impl=cell.impl, shape=shape_str(cell.shape), requested_dtype=cell.dtype,
+               dtype=cell.dtype, device=cell.device, started=now(), seeds=0, status="error")
+    notes: list[str] = []
+    try:
+        _measure(cell, timing, seeds, row, notes)
+    except Exception as exc:  # the cell failed; record why and move on
+        row["status"] = "oom" if is_oom(exc) else "error"
+        row["reason"] = first_line(exc)
+    finally:
+        free_memory(cell.device)
+    row["note"] = "; ".join(n for n in notes if n) or None
+    row["seconds"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str]) -> None:
+    case, impl = get_case(cell.case), get_impl(cell.impl)
+    dtype, device = DTYPES[cell.dtype], cell.device
+    if device == "cpu" and case.default_dtype in (torch.float16, torch.bfloat16):
+        dtype, note = cpu_dtype(dtype)
+        if note:
+            notes.append(note)
+            row["dtype"] = "fp32"
+    shape = tuple(cell.shape)
+    row["min_bytes"], row["flops"] = case.min_bytes(shape, dtype), case.flops(shape, dtype)
+
+    if dtype not in case.dtypes:
+        row.update(status="unsupported", reason=f"{case.name} is not defined for {row['dtype']}")
+        return
+    reason = impl.supports(case, shape, dtype, device)
+    if reason:
+        row.update(status="unsupported", reason=reason)
+        return
+
+    need = predicted_bytes(case, shape, dtype)
+    if need and device.startswith("cuda"):
+        have = torch.cuda.get_device_properties(device).total_memory
+        if need > have:
+            row.update(status="skipped", reason=f"needs about {need / 2**30:.1f} GiB (inputs, outputs and their "
+                                                f"float64 reference); the device has {have / 2**30:.1f} GiB")
+            return
+
+    prepared = impl.prepare(case, shape, dtype, device)
+    notes.append(prepared.note)
+    atol, rtol = case.tolerance(dtype)
+    row.update(atol=atol, rtol=rtol)
+
+    with prepared.context(), torch.no_grad():
+        # --- accuracy, several seeds; the first call also compiles / autotunes -----------------
+        worst = None
+        for seed in seeds:
+            args = case.make_inputs(shape, dtype, device, seed)
+            try:
+                out = prepared.fn(*args)
+            except RuntimeError as exc:
+                if "No available kernel" in str(exc):  # SDPA backend refused these inputs
+                    row.update(status="unsupported", reason=first_line(exc))
+                    return
+                raise
+            if case.reference_subset is not None:
+                args, out = case.reference_subset(args, out)
+            ref = case.run_reference(args)
+            acc = compare(out, ref, atol, rtol)
+            del out, ref, args
+            worst = acc if worst is None else worst.worst(acc)
+            row["seeds"] += 1
+        if case.reference_subset is not None:
+            notes.append("accuracy checked on a sample of the output")
+        row.update(max_abs_err=worst.max_abs_err, max_rel_err=worst.max_rel_err, tol_ratio=worst.tol_ratio)
+        row.update(prepared.check())
+        if not worst.passed:
+            row.update(status="mismatch", reason=worst.detail or
+                       f"error {worst.tol_ratio:.3g}x the tolerance (atol {atol:g}*max|ref|, rtol {rtol:g})")
+            return
+
+        # --- timing, only for cells that computed the right thing ----------------------------------
+        if prepared.timing_available:
+            row.update(status="ok", na={"time": prepared.timing_available})
+            return
+        args = case.make_inputs(shape, dtype, device, seeds[0])
+        call = lambda: prepared.fn(*args)  # noqa: E731
+        stats = time_call(call, device, timing)
+        row.update(time_us=stats.median_us, time_q20_us=stats.q20_us, time_q80_us=stats.q80_us,
+                   time_min_us=stats.min_us, time_max_us=stats.max_us, time_reps=stats.reps)
+        row["wall_time_us"] = wall_time(call, device, stats.reps)
+        row.update(prepared.check())  # a recompile during timing fails the cell
+        if row["min_bytes"]:
+            row["gbps"] = row["min_bytes"] / stats.median_us / 1e3
+        if row["flops"]:
+            row["tflops"] = row["flops"] / stats.median_us / 1e6
+        row["status"] = "ok"
