@@ -1,0 +1,60 @@
+"""Metric families beyond time and accuracy: one module per family, each a function
+`measure(ctx) -> dict` of store columns (see fusebench/store.py), registered with `@metric`.
+
+A family that cannot measure here returns {"na": {column_or_family: "why"}} instead of numbers:
+nothing is ever estimated and shown as measured.  The runner calls the selected families after
+timing, only for cells whose accuracy passed, with the implementation already warmed up.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+# Families run by default; `ncu` is slow (a profiled child process per cell) and opt-in.
+DEFAULT_METRICS = ("kernels", "graph", "memory", "compile", "flops", "roofline")
+ALL_METRICS = DEFAULT_METRICS + ("ncu",)
+
+
+@dataclass
+class MetricContext:
+    case: object  # fusebench.cases.Case
+    impl: object  # fusebench.impls.Implementation
+    prepared: object  # fusebench.impls.Prepared: prepared.fn(*args) is one warmed-up call
+    args: tuple  # inputs of seed 0, on the device
+    shape: tuple
+    dtype: torch.dtype
+    device: str
+    row: dict  # the cell's row so far (time_us, min_bytes, flops ...); read-only for metrics
+    db_path: str | None = None  # the results store (ceilings live there)
+    extra: dict = field(default_factory=dict)
+
+    def call(self):
+        return self.prepared.fn(*self.args)
+
+
+_METRICS: dict[str, Callable[[MetricContext], dict]] = {}
+
+
+def metric(name: str):
+    def wrap(fn):
+        _METRICS[name] = fn
+        return fn
+    return wrap
+
+
+def get_metric(name: str) -> Callable[[MetricContext], dict]:
+    if not _METRICS:
+        for mod in ("kernels", "graph", "memory", "compile", "flops", "ncu", "roofline"):
+            try:
+                importlib.import_module(f"fusebench.metrics.{mod}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"fusebench.metrics.{mod}":
+                    raise
+    if name not in _METRICS:
+        from fusebench.cases.base import UnknownName, suggest
+
+        raise UnknownName(f"unknown metric {name!r}{suggest(name, list(ALL_METRICS))}")
+    return _METRICS[name]
