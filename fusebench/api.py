@@ -13,6 +13,7 @@ import pandas as pd
 from fusebench.cases import load_plugin
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
+from fusebench.metrics import parse_metrics
 from fusebench.runner.plan import Cell, plan_cells
 from fusebench.runner.scheduler import RunOptions, Scheduler
 from fusebench.store import Store, StoreError, default_db_path
@@ -49,6 +50,7 @@ def run(
     cell_timeout: float = 900.0,
     gpus: str | Sequence[int] | None = None,
     resume: int | None = None,
+    metrics: str | Sequence[str] | None = "none",
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
@@ -75,6 +77,7 @@ def run(
             todo = [c for c in cells if c.key() not in done]
             run_id = resume
             timing = timing or TimingSettings(**json.loads(info["timing"] or "{}"))
+            metric_names = tuple(request.get("metrics") or ())
             with store.con:
                 store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
         else:
@@ -87,14 +90,16 @@ def run(
                 if not torch.cuda.is_available():
                     raise ValueError("--device cuda: no CUDA GPU is visible")
             timing = timing or TimingSettings()
+            metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
             todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
             request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                           shapes=shapes, dtype=dtype, device=device, plugins=[p for p in plugins])
+                           shapes=shapes, dtype=dtype, device=device, plugins=[p for p in plugins],
+                           metrics=list(metric_names))
             run_id = store.start_run(collect(device), request, timing.as_dict())
         if on_plan:
             on_plan(run_id, len(todo))
         opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=_parse_gpus(gpus),
-                          plugins=plugins)
+                          plugins=plugins, metrics=metric_names, db_path=store.path)
         status = "interrupted"
         try:
             Scheduler(store, run_id, opts, on_cell).run(todo)

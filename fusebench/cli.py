@@ -110,6 +110,9 @@ def run(
     gpus: Optional[str] = typer.Option(None, help="all | 0,1,...: one worker per GPU."),
     cell_timeout: float = typer.Option(900.0, help="Seconds before a cell is declared hung and killed."),
     isolate: bool = typer.Option(True, help="Run cells in worker processes (crash and hang containment)."),
+    metrics: str = typer.Option("default", help="Metric families beyond time and accuracy: default | all | none | "
+                                                "kernels,graph,memory,flops,roofline,compile,ncu"),
+    ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters (DRAM bytes, instructions)."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -118,6 +121,9 @@ def run(
     import fusebench
     from fusebench.cases import shape_str
 
+    from fusebench.metrics import parse_metrics
+
+    metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
     if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick"):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
              "--device or --plugin with it")
@@ -144,7 +150,7 @@ def run(
         with progress:
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
-                               resume=resume, on_cell=on_cell, on_plan=on_plan)
+                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names)
     except KeyboardInterrupt:
         err.print("interrupted: finished cells are stored; complete the run with "
                   "`fusebench run --resume RUN_ID`", highlight=False)

@@ -13,9 +13,28 @@ from typing import Callable
 
 import torch
 
-# Families run by default; `ncu` is slow (a profiled child process per cell) and opt-in.
-DEFAULT_METRICS = ("kernels", "graph", "memory", "compile", "flops", "roofline")
-ALL_METRICS = DEFAULT_METRICS + ("ncu",)
+# Families run by default.  `compile` (a cold compile in fresh caches per cell) and `ncu` (a
+# profiled child process per cell) are slow and opt-in.
+DEFAULT_METRICS = ("kernels", "graph", "memory", "flops", "roofline")
+ALL_METRICS = DEFAULT_METRICS + ("compile", "ncu")
+
+
+def parse_metrics(spec: str | None) -> tuple[str, ...]:
+    """'default' | 'all' | 'none' | comma-separated families (time and accuracy are always measured)."""
+    if spec in (None, "", "default"):
+        return DEFAULT_METRICS
+    if spec == "all":
+        return ALL_METRICS
+    if spec == "none":
+        return ()
+    names = tuple(n.strip() for n in spec.split(",") if n.strip() and n.strip() not in ("time", "accuracy"))
+    for n in names:
+        if n not in ALL_METRICS:
+            from fusebench.cases.base import UnknownName, suggest
+
+            raise UnknownName(f"unknown metric {n!r}{suggest(n, list(ALL_METRICS))}; "
+                              f"choose from {', '.join(ALL_METRICS)}, default, all or none")
+    return names
 
 
 @dataclass
@@ -45,8 +64,13 @@ def metric(name: str):
     return wrap
 
 
+_loaded = False
+
+
 def get_metric(name: str) -> Callable[[MetricContext], dict]:
-    if not _METRICS:
+    global _loaded
+    if not _loaded:
+        _loaded = True
         for mod in ("kernels", "graph", "memory", "compile", "flops", "ncu", "roofline"):
             try:
                 importlib.import_module(f"fusebench.metrics.{mod}")

@@ -12,9 +12,10 @@ import time
 import torch
 
 from fusebench.cases import DTYPES, get_case, shape_str
-from fusebench.impls import FellBack, get_impl
+from fusebench.impls import get_impl
 from fusebench.measure.accuracy import compare
 from fusebench.measure.timing import TimingSettings, time_call, wall_time
+from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.plan import Cell, cpu_dtype
 from fusebench.store import now
 
@@ -50,14 +51,15 @@ def predicted_bytes(case, shape, dtype) -> int | None:
     return io + io * 8 // torch.empty((), dtype=dtype).element_size()
 
 
-def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS) -> dict:
+def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple[str, ...] = (),
+                 db_path: str | None = None) -> dict:
     """Measure `cell`; never raises for a failure of the cell itself (it becomes the status)."""
     t0 = time.perf_counter()
     row = dict(case_name=cell.case, impl=cell.impl, shape=shape_str(cell.shape), requested_dtype=cell.dtype,
                dtype=cell.dtype, device=cell.device, started=now(), seeds=0, status="error")
     notes: list[str] = []
     try:
-        _measure(cell, timing, seeds, row, notes)
+        _measure(cell, timing, seeds, row, notes, metrics, db_path)
     except Exception as exc:  # the cell failed; record why and move on
         row["status"] = "oom" if is_oom(exc) else "error"
         row["reason"] = first_line(exc)
@@ -68,7 +70,8 @@ def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS) -> dict:
     return row
 
 
-def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str]) -> None:
+def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str], metrics=(),
+             db_path=None) -> None:
     case, impl = get_case(cell.case), get_impl(cell.impl)
     dtype, device = DTYPES[cell.dtype], cell.device
     if device == "cpu" and case.default_dtype in (torch.float16, torch.bfloat16):
@@ -144,3 +147,25 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         if row["flops"]:
             row["tflops"] = row["flops"] / stats.median_us / 1e6
         row["status"] = "ok"
+        _other_metrics(metrics, MetricContext(case, impl, prepared, args, shape, dtype, device, row, db_path),
+                       row, notes)
+
+
+def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:
+    """Run the selected metric families; a family that fails says why instead of failing the cell."""
+    na = dict(row.get("na") or {})
+    for name in names:
+        try:
+            result = dict(get_metric(name)(ctx))
+        except Exception as exc:
+            if is_oom(exc):
+                free_memory(ctx.device)
+            na[name] = first_line(exc)
+            continue
+        na.update(result.pop("na", {}) or {})
+        if result.get("note"):
+            notes.append(result.pop("note"))
+        result.pop("note", None)
+        row.update(result)
+    if na:
+        row["na"] = na

@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+import warnings
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -38,27 +39,31 @@ class RunOptions:
     gpus: list[int] | None = None  # None: one worker on the default device
     plugins: list[str] = field(default_factory=list)
     seeds: tuple[int, ...] = (0, 1, 2)
+    metrics: tuple[str, ...] = ()  # metric families beyond time and accuracy (fusebench/metrics/)
+    db_path: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
 # The worker side.
 
 
-def _worker_main(conn: Connection, gpu: int | None, plugins: list[str], timing: TimingSettings, seeds) -> None:
+def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before CUDA is initialised
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    # Compiler advice (e.g. "online softmax disabled") would scroll the progress bar away.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     from fusebench.cases import load_plugin
     from fusebench.runner.cell import measure_cell
 
-    for path in plugins:
+    for path in opts.plugins:
         load_plugin(path)
     conn.send(("ready", None))
     while True:
         msg = conn.recv()
         if msg is None:
             return
-        conn.send(("done", measure_cell(Cell(**msg), timing, seeds)))
+        conn.send(("done", measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)))
 
 
 @dataclass
@@ -105,13 +110,13 @@ class Scheduler:
 
         for cell in cells:
             self.on_cell(cell, None)
-            self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds))
+            self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
+                                            self.opts.db_path))
 
     def _spawn(self, gpu: int | None) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts.plugins, self.opts.timing,
-                                                      self.opts.seeds), daemon=True)
+        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts), daemon=True)
         proc.start()
         child.close()
         return _Worker(gpu, proc, parent)

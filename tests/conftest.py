@@ -1,0 +1,30 @@
+import os
+
+import pytest
+import torch
+
+# Without a GPU, Triton kernels run under Triton's interpreter.  This must be set before any
+# kernel module is imported (triton.jit reads it at decoration time), so it is set here.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "fb.db")
+
+
+@pytest.fixture(autouse=True)
+def _no_user_db(monkeypatch, tmp_path):
+    # Tests never touch a fusebench.db in the working directory.
+    monkeypatch.setenv("FUSEBENCH_DB", str(tmp_path / "default.db"))
+    yield

@@ -1,0 +1,88 @@
+"""The command line: bad input gives one line and exit status 2, and changes nothing stored."""
+import json
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from fusebench.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def stored_run(db):
+    r = invoke("run", "softmax", "--shapes", "16x32", "--impl", "eager", "--db", db, "--no-isolate",
+               "--metrics", "none")
+    assert r.exit_code == 0, r.output
+    return db
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "sofmax"], "unknown case 'sofmax' (did you mean softmax"),
+    (["run", "softmax", "--impl", "inductr"], "unknown implementation 'inductr' (did you mean inductor"),
+    (["run", "softmax", "--shapes", "12xab"], "malformed shape '12xab'"),
+    (["run", "softmax", "--shapes", "12x0"], "dim1 must be positive"),
+    (["run", "softmax", "--shapes", "4x4x4"], "expected 2 dimensions"),
+    (["run", "attention", "--shapes", "1x2x64x16x3"], "causal must be 0 or 1"),
+    (["run", "softmax", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["run", "softmax", "--metrics", "kernls"], "unknown metric 'kernls'"),
+    (["run", "softmax", "--plugin", "/nonexistent/cases.py"], "plugin file not found"),
+    (["run", "softmax", "--gpus", "x,y"], "malformed --gpus"),
+    (["results", "--run", "99"], "no run 99"),
+    (["results", "--format", "xml"], "unknown format"),
+])
+def test_bad_input_exits_2_with_one_line(stored_run, args, message):
+    before = sqlite3.connect(stored_run).execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+    r = invoke(*args, "--db", stored_run) if args[0] in ("run", "results") else invoke(*args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines[-1].startswith("fusebench: error: ") and message in lines[-1], r.output
+    assert sqlite3.connect(stored_run).execute("SELECT COUNT(*) FROM cells").fetchone()[0] == before
+
+
+def test_unreadable_and_foreign_databases_exit_2_untouched(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_text("hello")
+    r = invoke("run", "softmax", "--shapes", "8x8", "--db", str(bad))
+    assert r.exit_code == 2 and "not an SQLite database" in r.output
+    assert bad.read_text() == "hello"
+    r = invoke("results", "--db", str(bad))
+    assert r.exit_code == 2
+
+
+def test_list_shows_cases_and_implementations():
+    r = invoke("list")
+    assert r.exit_code == 0
+    for name in ("softmax", "attention", "conv_bn", "inductor-max-autotune", "sdpa-flash"):
+        assert name in r.output
+
+
+def test_results_formats(stored_run, tmp_path):
+    r = invoke("results", "--db", stored_run)
+    assert r.exit_code == 0 and "softmax" in r.output and "16x32" in r.output
+    r = invoke("results", "--db", stored_run, "--format", "json")
+    rows = json.loads(r.stdout)
+    assert rows[0]["case_name"] == "softmax" and rows[0]["status"] == "ok"
+    out = tmp_path / "cells.csv"
+    r = invoke("results", "--db", stored_run, "--format", "csv", "-o", str(out))
+    assert r.exit_code == 0 and out.read_text().startswith("id,") or "case_name" in out.read_text()
+
+
+def test_strict_fails_on_a_mismatch(db, tmp_path):
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(
+        "import torch, fusebench\n"
+        "@fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(8, 8)],\n"
+        "                reference=lambda x: x * 2)\n"
+        "def off_by_one(x):\n"
+        "    return x * 2 + 1\n")
+    args = ["run", "off_by_one", "--plugin", str(plugin), "--impl", "eager", "--db", db, "--no-isolate",
+            "--metrics", "none"]
+    assert invoke(*args).exit_code == 0  # a completed run exits 0 whatever its cells' statuses
+    r = invoke(*args, "--strict")
+    assert r.exit_code == 1 and "mismatch" in r.output

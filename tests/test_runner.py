@@ -1,0 +1,177 @@
+"""Running cells: user cases, Inductor fallback detection, and sweeps that survive faults."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import fusebench
+from fusebench.measure.timing import TimingSettings
+
+FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5)
+
+
+def test_user_case_gets_every_implementation(db):
+    @fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(16, 24)],
+                    bytes_model=lambda s, dt: 2 * s[0] * s[1] * 4)
+    def scaled_tanh(x):
+        return torch.tanh(x) * 3
+
+    df = fusebench.run(["scaled_tanh"], db=db, timing=FAST)
+    by_impl = dict(zip(df.impl, df.status))
+    assert by_impl["eager"] == "ok" and by_impl["inductor"] == "ok"
+    assert set(by_impl) >= {"eager", "inductor", "triton", "sdpa-flash"}
+    assert by_impl["triton"] == "unsupported" and by_impl["sdpa-flash"] == "unsupported"
+    ok = df[df.status == "ok"]
+    assert (ok.time_us > 0).all() and (ok.wall_time_us > 0).all() and (ok.seeds == 3).all()
+    assert (ok.gbps > 0).all() and (ok.max_rel_err < 1e-5).all()
+    assert ok[ok.impl == "inductor"].graphs.iloc[0] >= 1
+
+
+def test_inductor_detects_eager_fallback_and_recompiles():
+    from fusebench.impls import FellBack, get_impl
+
+    case = fusebench.get_case("softmax")
+    prepared = get_impl("inductor").prepare(case, (8, 8), torch.float32, "cpu")
+    with pytest.raises(FellBack, match="ran eagerly"):
+        prepared.check()  # nothing compiled yet: a call now would have run eagerly
+    prepared.fn(torch.randn(8, 8))
+    assert prepared.check()["graphs"] == 1
+    prepared.fn(torch.randn(8, 16))  # a new shape: Dynamo recompiles
+    with pytest.raises(FellBack, match="recompile"):
+        prepared.check()
+
+
+def pd_isnull(v):
+    return v is None or v != v
+
+
+def test_mismatch_keeps_errors_and_records_no_time(db):
+    @fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(8, 8)],
+                    reference=lambda x: torch.where(x > 2.0, x, x * 2))
+    def mostly_right(x):
+        return x * 2
+
+    row = fusebench.run(["mostly_right"], impls=["eager"], db=db, timing=FAST).iloc[0]
+    assert row.status == "mismatch" and row.max_abs_err > 0 and row.tol_ratio > 1 and pd_isnull(row.time_us)
+
+
+def test_nan_never_passes(db):
+    @fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(8, 8)],
+                    reference=lambda x: x)
+    def poisons_one(x):
+        y = x.clone()
+        y[3, 3] = float("nan")
+        return y
+
+    row = fusebench.run(["poisons_one"], impls=["eager"], db=db, timing=FAST).iloc[0]
+    assert row.status == "mismatch" and "non-finite" in row.reason
+
+
+FAULTS = textwrap.dedent('''
+    import os, time, torch, fusebench
+
+    def x(s, dt, dev, seed):
+        return (fusebench.randn(s, dt, dev, seed),)
+
+    @fusebench.case(inputs=x, shapes=[(8, 8)])
+    def raises(a):
+        raise ValueError("boom")
+
+    @fusebench.case(inputs=x, shapes=[(8, 8)])
+    def aborts(a):
+        os.abort()
+
+    @fusebench.case(inputs=x, shapes=[(8, 8)])
+    def hangs(a):
+        time.sleep(3600)
+
+    @fusebench.case(inputs=x, shapes=[(8, 8)])
+    def exhausts_memory(a):
+        # asks the allocator for 8 PiB: on the CPU this fails at once, as a GPU OOM would
+        return torch.empty(2**50, dtype=torch.float64)
+
+    @fusebench.case(inputs=x, shapes=[(8, 8), (16, 8)])
+    def fine(a):
+        return a * 2
+''')
+
+
+def run_cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "fusebench.cli", *args], capture_output=True, text=True, **kw)
+
+
+def cells(db):
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT case_name, impl, shape, status, reason FROM cells ORDER BY id").fetchall()
+    con.close()
+    return rows
+
+
+def test_faults_are_contained_and_the_sweep_goes_on(tmp_path, db):
+    plugin = tmp_path / "faults.py"
+    plugin.write_text(FAULTS)
+    r = run_cli("run", "raises", "aborts", "hangs", "exhausts_memory", "fine", "--plugin", str(plugin),
+                "--impl", "eager", "--db", db, "--cell-timeout", "20", "--metrics", "none", timeout=240)
+    assert r.returncode == 0, r.stderr
+    status = {(c, s): (st, why) for c, i, s, st, why in cells(db)}
+    assert status[("raises", "8x8")][0] == "error" and "boom" in status[("raises", "8x8")][1]
+    assert status[("aborts", "8x8")][0] == "crashed" and "signal" in status[("aborts", "8x8")][1]
+    assert status[("hangs", "8x8")][0] == "timeout"
+    assert status[("exhausts_memory", "8x8")][0] == "oom"
+    assert status[("fine", "8x8")][0] == "ok" and status[("fine", "16x8")][0] == "ok"
+    assert len(status) == 6
+    r = run_cli("run", "raises", "fine", "--plugin", str(plugin), "--impl", "eager", "--db", db, "--strict",
+                "--metrics", "none", timeout=120)
+    assert r.returncode == 1
+
+
+SLOW = textwrap.dedent('''
+    import time, fusebench
+
+    def slow_inputs(s, dt, dev, seed):
+        time.sleep(0.15)
+        return (fusebench.randn(s, dt, dev, seed),)
+
+    @fusebench.case(inputs=slow_inputs, shapes=[(8, n) for n in range(1, 13)])
+    def slow(a):
+        return a + 1
+''')
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, db, sig):
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)
+    args = [sys.executable, "-m", "fusebench.cli", "run", "slow", "--plugin", str(plugin), "--impl", "eager",
+            "--db", db, "--metrics", "none"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(db) and len(cells_or_empty(db)) >= 4:
+            break
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    proc.wait(60)
+    done = cells(db)
+    assert 4 <= len(done) < 12
+    status = sqlite3.connect(db).execute("SELECT status FROM runs WHERE id=1").fetchone()[0]
+    assert status == ("interrupted" if sig == signal.SIGTERM else "running")
+    r = run_cli("run", "--resume", "1", "--db", db, timeout=240)
+    assert r.returncode == 0, r.stderr
+    rows = cells(db)
+    shapes = sorted(s for _, _, s, _, _ in rows)
+    assert shapes == sorted(f"8x{n}" for n in range(1, 13))  # each cell exactly once
+    assert all(st == "ok" for *_, st, _ in rows)
+
+
+def cells_or_empty(db):
+    try:
+        return cells(db)
+    except sqlite3.OperationalError:
+        return []

@@ -1,0 +1,51 @@
+import sqlite3
+
+import pytest
+
+from fusebench.store import Store, StoreError
+
+
+def test_cells_are_committed_and_read_back(db):
+    s = Store.open(db)
+    run = s.start_run({"device": "cpu", "torch": "x"}, {"cases": ["softmax"]}, {"rep_ms": 1})
+    s.add_cell(run, dict(case_name="softmax", impl="eager", shape="4x4", dtype="fp32", requested_dtype="fp32",
+                         device="cpu", status="ok", time_us=3.5, na={"kernels": "cpu"}))
+    # a second connection sees it at once: committed per cell
+    other = Store.open(db)
+    df = other.cells(run)
+    assert list(df.status) == ["ok"] and df.time_us[0] == 3.5 and '"kernels"' in df.na[0]
+    assert other.done_keys(run) == {("softmax", "eager", "4x4", "fp32")}
+    with pytest.raises(KeyError):
+        s.add_cell(run, dict(case_name="x", impl="y", shape="1", dtype="fp32", device="cpu", status="ok", bogus=1))
+
+
+def test_foreign_and_broken_files_are_refused_untouched(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 10)
+    before = garbage.read_bytes()
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        Store.open(str(garbage))
+    assert garbage.read_bytes() == before
+
+    foreign = tmp_path / "foreign.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE accounts (id INTEGER, balance REAL)")
+    con.execute("INSERT INTO accounts VALUES (1, 2.0)")
+    con.commit()
+    con.close()
+    before = foreign.read_bytes()
+    with pytest.raises(StoreError, match="something else"):
+        Store.open(str(foreign))
+    assert foreign.read_bytes() == before
+
+    with pytest.raises(StoreError, match="no results database"):
+        Store.open(str(tmp_path / "missing.db"), create=False)
+
+
+def test_old_store_gains_new_columns(db):
+    s = Store.open(db)
+    s.con.execute("ALTER TABLE cells DROP COLUMN pct_roofline")
+    s.close()
+    s = Store.open(db)
+    cols = {r[1] for r in s.con.execute("PRAGMA table_info(cells)")}
+    assert "pct_roofline" in cols
