@@ -190,6 +190,65 @@ def results(
 
 @app.command()
 @bad_input_is_exit_2
+def report(
+    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    db: Optional[str] = typer.Option(None, help="Results database."),
+    output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
+    pair: Optional[List[str]] = typer.Option(None, help="IMPL/BASELINE heatmap pairs, e.g. triton/inductor."),
+):
+    """Write a self-contained HTML report of a run: heatmaps over the shape grids and tables."""
+    from fusebench.report import parse_pair, render_report
+    from fusebench.store import Store, default_db_path
+
+    pairs = [parse_pair(p) for p in _split(pair)] if pair else None
+    store = Store.open(db or default_db_path(), create=False)
+    try:
+        path = render_report(store, run_id, output, pairs=pairs)
+    finally:
+        store.close()
+    out.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+@bad_input_is_exit_2
+def compare(
+    run_a: int = typer.Argument(..., help="The baseline run."),
+    run_b: int = typer.Argument(..., help="The run compared with it."),
+    db: Optional[str] = typer.Option(None, help="Results database holding run A (and B)."),
+    db_b: Optional[str] = typer.Option(None, help="Results database holding run B, if another."),
+    output: str = typer.Option("compare.html", "-o", "--output", help="HTML file to write."),
+    fail_above: Optional[float] = typer.Option(None, help="Exit 1 if any cell got slower by more than PCT %."),
+):
+    """Compare the same cells of two runs (devices, versions, commits): ratio heatmaps and a summary."""
+    from fusebench.report import render_compare
+    from fusebench.store import Store, default_db_path
+
+    store_a = Store.open(db or default_db_path(), create=False)
+    store_b = Store.open(db_b, create=False) if db_b else store_a
+    try:
+        result = render_compare(store_a, run_a, store_b, run_b, output)
+    finally:
+        store_a.close()
+        if store_b is not store_a:
+            store_b.close()
+    geo = f"{result.geomean_speedup:.3f}×" if result.geomean_speedup else "n/a"
+    out.print(f"wrote {result.out_path}: {result.matched} cells timed in both runs, geomean speedup of run "
+              f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}%; "
+              f"{len(result.new_failures)} cell(s) newly failing", highlight=False)
+    # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
+    if fail_above is not None and (result.max_regression_pct > fail_above or len(result.new_failures)):
+        for r in result.regressed(fail_above).head(5).itertuples():
+            err.print(f"  regressed {r.regression_pct:.1f}%: {r.case_name} {r.impl} {r.shape} {r.dtype}",
+                      highlight=False)
+        for r in result.new_failures.head(5).itertuples():
+            err.print(f"  newly failing: {r.case_name} {r.impl} {r.shape} {r.dtype}", highlight=False)
+        err.print(f"--fail-above {fail_above:g}: {len(result.regressed(fail_above))} cell(s) regressed, "
+                  f"{len(result.new_failures)} newly failing", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command()
+@bad_input_is_exit_2
 def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
     """List the runs in the store."""
     from fusebench.store import Store, default_db_path

@@ -8,7 +8,7 @@ number of dimensions, so that rows of a user's plugin case still lay out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import pandas as pd
@@ -26,6 +26,8 @@ class Layout:
     panel: Callable[[Dims], tuple[str, tuple]]
     row: Callable[[Dims], tuple[str, tuple]]
     col: Callable[[Dims], tuple[str, tuple]]
+    note: str = ""  # how to read the labels, for the page
+    axes: tuple[str, ...] = ()  # the axes it was chosen for
 
 
 def _num(axis: str) -> Callable[[Dims], tuple[str, tuple]]:
@@ -67,12 +69,17 @@ def _conv_col(d: Dims) -> tuple[str, tuple]:
 
 
 def layout_for(axes: tuple[str, ...]) -> Layout:
+    return replace(_layout_for(axes), axes=axes)
+
+
+def _layout_for(axes: tuple[str, ...]) -> Layout:
     names = set(axes)
     if {"batch", "heads", "seqlen", "head_dim"} <= names:
         return Layout("batch", "seqlen", _attention_panel, _num("batch"), _num("seqlen"))
     if {"C_in", "C_out", "H", "W", "R", "stride", "channels_last"} <= names:
         panel = (lambda d: (f"batch {d['N']}", (d["N"],))) if "N" in names else _whole()
-        return Layout("layer (C_in→C_out, H×W, filter /stride)", "layout", panel, _conv_row, _conv_col)
+        return Layout("layer", "layout", panel, _conv_row, _conv_col,
+                      note="a row per layer: C_in→C_out, input H×W, R×R filter, /stride where not 1")
     if axes[:2] == ("M", "N"):
         return Layout("M", "N", _matmul_panel, _num("M"), _num("N"))
     if len(axes) == 1:
@@ -108,11 +115,9 @@ def _labels(case_name: str, shape: str, layouts: dict[str, Layout]) -> list[tupl
     if dims is not None:
         axes = case_axes(case_name, len(dims))
         layout = layouts.setdefault(case_name, layout_for(axes))
-        try:
+        if layout.axes == axes:  # else this shape has other dims than the one the layout was chosen for
             named = dict(zip(axes, dims))
             return [layout.panel(named), layout.row(named), layout.col(named)]
-        except KeyError:  # this shape has other dims than the one the case's layout was chosen from
-            pass
     return [("", ()), ("", ()), (str(shape), (str(shape),))]
 
 

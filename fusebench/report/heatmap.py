@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 import matplotlib
+import matplotlib.colors as mcolors
+import matplotlib.ticker as mticker
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")  # no display: the report is rendered to files, on servers and in CI
-
-import matplotlib.colors as mcolors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker as mticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+# Figures are made with Figure() rather than pyplot: no display and no GUI backend are involved,
+# and a notebook's own pyplot backend and figure list are left alone.
 
 # Status -> (fill, hatch).  Three families, so that a glance tells "it broke" (dark, crossed) from
 # "it hit a limit" (mid grey, slanted) from "it was not run" (light, plain).
@@ -50,6 +50,9 @@ def status_style(label: str) -> tuple[str, str]:
 
 
 def fmt_ratio(v: float) -> str:
+    """Two decimals near 1; two significant digits far below (0.0033), fewer decimals far above."""
+    if v < 0.0995:
+        return f"{v:.2g}"
     return f"{v:.2f}" if v < 9.995 else f"{v:.1f}" if v < 99.95 else f"{v:.0f}"
 
 
@@ -64,33 +67,34 @@ class Scale:
     cmap: str
     fmt: Callable[[float], str]
     log: bool = False
-    centre: float | None = None  # diverging: symmetric (in log space when log) around this value
+    ratio: bool = False  # a ratio: log colours centred on 1.0, symmetric (0.5 and 2 equally far)
     vmin: float | None = None
     vmax: float | None = None
-    # for a centred scale, the colour range spans at least and at most these factors either side
+    # for a ratio, the colour range spans at least and at most these factors either side of 1
     min_span: float = 2.0
     max_span: float = 16.0
+    tick_suffix: str = ""
+    integer: bool = False  # counts: integer colour-bar ticks
 
 
 # Blue where the implementation is faster than its baseline, red where slower; white at 1.0.
-SPEEDUP = Scale("RdBu", fmt_ratio, log=True, centre=1.0)
+SPEEDUP = Scale("RdBu", fmt_ratio, log=True, ratio=True, tick_suffix="×")
+# Two runs of the same cells usually differ by percents, not factors: a finer colour range.
+RUN_RATIO = Scale("RdBu", fmt_ratio, log=True, ratio=True, min_span=1.25, tick_suffix="×")
 # Error over tolerance: blue passes (< 1), red fails.
-TOLERANCE = Scale("RdBu_r", fmt_sig, log=True, centre=1.0, min_span=10.0, max_span=1e4)
+TOLERANCE = Scale("RdBu_r", fmt_sig, log=True, ratio=True, min_span=10.0, max_span=1e4)
 PERCENT = Scale("viridis", lambda v: f"{v:.0f}", vmin=0.0, vmax=100.0)
-COUNT = Scale("Purples", lambda v: f"{v:.0f}", vmin=0.0)
-AMPLIFICATION = Scale("Oranges", lambda v: f"{v:.2f}" if v < 10 else f"{v:.1f}", log=True, vmin=1.0)
+COUNT = Scale("Purples", lambda v: f"{v:.0f}", vmin=0.0, integer=True)
+AMPLIFICATION = Scale("Oranges", lambda v: f"{v:.2f}" if v < 10 else f"{v:.1f}", vmin=1.0)
 ERROR = Scale("Reds", fmt_sig, log=True)
 
 
 def norm_for(scale: Scale, values: np.ndarray) -> mcolors.Normalize:
     finite = values[np.isfinite(values) & ((values > 0) if scale.log else True)]
-    if scale.centre is not None:
-        if scale.log:
-            spread = np.abs(np.log(finite / scale.centre)).max() if finite.size else 0.0
-            span = float(np.clip(np.exp(spread), scale.min_span, scale.max_span))
-            return mcolors.LogNorm(scale.centre / span, scale.centre * span)
-        spread = float(np.abs(finite - scale.centre).max()) if finite.size else 1.0
-        return mcolors.CenteredNorm(scale.centre, spread or 1.0)
+    if scale.ratio:
+        spread = np.abs(np.log(finite)).max() if finite.size else 0.0
+        span = float(np.clip(np.exp(spread), scale.min_span, scale.max_span))
+        return mcolors.LogNorm(1 / span, span)
     lo = scale.vmin if scale.vmin is not None else (finite.min() if finite.size else 0.0)
     hi = scale.vmax if scale.vmax is not None else (finite.max() if finite.size else 1.0)
     if scale.log:
@@ -100,9 +104,23 @@ def norm_for(scale: Scale, values: np.ndarray) -> mcolors.Normalize:
     return mcolors.Normalize(lo, hi if hi > lo else lo + 1.0)
 
 
-def _factor_ticks(norm: mcolors.Normalize) -> list[float]:
-    """Ticks at 1/16, 1/8, ... 8, 16 (times the centre) within the colour range."""
-    return [2.0**k for k in range(-14, 15) if norm.vmin <= 2.0**k <= norm.vmax]
+def _colorbar_ticks(bar, scale: Scale, norm: mcolors.Normalize) -> None:
+    """Readable colour-bar ticks: factors (0.5×, 1×, 2×) for ratios, integers for counts."""
+    axis = bar.ax.xaxis
+    if scale.ratio:
+        lo, hi = math.log2(norm.vmin), math.log2(norm.vmax)
+        if hi - lo <= 1.2:  # a narrow range (run-to-run comparisons): ticks at ±10%, ±25%, ±50%
+            factors = [1.0] + [f ** s for f in (1.1, 1.25, 1.5) for s in (-1, 1)]
+            ticks = sorted(f for f in factors if norm.vmin <= f <= norm.vmax)
+        else:
+            # factors of 2, 4, or powers of ten: at most about eight ticks
+            step = 1 if hi - lo <= 6 else 2 if hi - lo <= 12 else math.ceil((hi - lo) / 8 / math.log2(10)) * math.log2(10)
+            ticks = [2.0 ** (k * step) for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+        axis.set_major_locator(mticker.FixedLocator(ticks))
+        axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:.2g}{scale.tick_suffix}"))
+        axis.set_minor_locator(mticker.NullLocator())
+    elif scale.integer:
+        axis.set_major_locator(mticker.MaxNLocator(integer=True))
 
 
 def _text_colour(rgba) -> str:
@@ -117,7 +135,7 @@ def _cell_label(value: float, status, scale: Scale) -> tuple[str | None, str | N
     for): it gets the empty label and is drawn blank.
     """
     if isinstance(status, str):
-        return status, None
+        return status.replace(": ", ":\n"), None  # "eager: oom" on two lines, to fit the cell
     if value is None or not np.isfinite(value):
         return "", None
     return None, scale.fmt(value)
@@ -129,6 +147,7 @@ def heatmap(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *
 
     statuses has the same index and columns; a string there replaces the value with that label,
     drawn as a failed cell.  A NaN value without a status is drawn blank (a hole in the grid).
+    A title line break separates what is drawn from which panel it is.
     """
     data = values.to_numpy(dtype=float)
     labels = (statuses.reindex_like(values).to_numpy(dtype=object) if statuses is not None
@@ -137,62 +156,74 @@ def heatmap(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *
              for i in range(data.shape[0])]
     shown = np.where([[lab is None for lab, _ in row] for row in cells], data, np.nan)
     norm = norm_for(scale, shown)
-    cmap = plt.get_cmap(scale.cmap)
-
-    with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=_figsize(values), layout="constrained")
-        _draw(fig, ax, values, cells, shown, norm, cmap, scale, title, row_title, col_title, colorbar_label)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=_figsize(values, cells, title), layout="constrained")
+        ax = fig.subplots()
+        image = ax.imshow(np.ma.masked_invalid(shown), cmap=scale.cmap, norm=norm, aspect="auto",
+                          interpolation="nearest")
+        _annotate(ax, cells, shown, image)
+        _axes(ax, values, row_title, col_title)
+        ax.set_title(title, fontsize=9.5, loc="left", linespacing=1.5)
+        # Below the grid, where there is room for a label that says what the colours mean.
+        bar = fig.colorbar(image, ax=ax, location="bottom", shrink=0.75, aspect=40, pad=0.01,
+                           extend=_extend(scale, norm, shown))
+        bar.set_label(colorbar_label, fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+        _colorbar_ticks(bar, scale, norm)
         return _to_data_uri(fig)
 
 
-def _draw(fig, ax, values, cells, shown, norm, cmap, scale, title, row_title, col_title, colorbar_label):
-    image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, norm=norm, aspect="auto",
-                      interpolation="nearest")
-    small = 7 if values.shape[1] > 8 else 8
+def _extend(scale: Scale, norm: mcolors.Normalize, shown: np.ndarray) -> str:
+    """Arrow ends on the colour bar where values fall outside its range (saturated colours)."""
+    finite = shown[np.isfinite(shown)]
+    low = bool(finite.size) and finite.min() < norm.vmin
+    high = bool(finite.size) and finite.max() > norm.vmax
+    return "both" if low and high else "min" if low else "max" if high else "neither"
+
+
+def _annotate(ax, cells, shown: np.ndarray, image) -> None:
+    size = 7 if len(cells[0]) > 8 else 8
     for i, row in enumerate(cells):
         for j, (status, text) in enumerate(row):
             if status == "":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#fafafa", linewidth=0))
             elif status is not None:
                 fill, hatch = status_style(status)
+                # edgecolor sets the hatch colour; linewidth 0 keeps the cell borderless
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=fill, hatch=hatch,
-                                       edgecolor="#6f6f6f", linewidth=0))
-                ax.text(j, i, status.replace(": ", ":\n"), ha="center", va="center", fontsize=small - 1,
-                        color="#222222", bbox=dict(boxstyle="round,pad=0.15", fc=fill, ec="none", alpha=0.85))
+                                       edgecolor="#707070", linewidth=0))
+                ax.text(j, i, status, ha="center", va="center", fontsize=size - 1.5, color="#1a1a1a",
+                        linespacing=1.1, bbox=dict(boxstyle="round,pad=0.15", fc=fill, ec="none", alpha=0.9),
+                        in_layout=False)  # inside the grid: the layout need not measure it (it is slow)
             else:
-                ax.text(j, i, text, ha="center", va="center", fontsize=small,
-                        color=_text_colour(cmap(norm(shown[i, j]))))
-    _axes(ax, values, row_title, col_title)
-    ax.set_title(title, fontsize=10, loc="left")
-    bar = fig.colorbar(image, ax=ax, shrink=0.9 if values.shape[0] > 3 else 1.0, aspect=25, pad=0.02)
-    bar.set_label(colorbar_label, fontsize=8)
-    bar.ax.tick_params(labelsize=7)
-    if scale.log and scale.centre is not None:
-        bar.ax.yaxis.set_major_locator(mticker.FixedLocator(_factor_ticks(norm)))
-        bar.ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}×"))
-        bar.ax.yaxis.set_minor_locator(mticker.NullLocator())
+                ax.text(j, i, text, ha="center", va="center", fontsize=size, in_layout=False,
+                        color=_text_colour(image.cmap(image.norm(shown[i, j]))))
 
 
-def _figsize(values: pd.DataFrame) -> tuple[float, float]:
+def _figsize(values: pd.DataFrame, cells, title: str) -> tuple[float, float]:
+    """Inches: a cell wide enough for its longest text, a left margin for the row labels, and
+    room for the title, which starts where the grid does."""
     nrows, ncols = values.shape
-    label = max((len(str(r)) for r in values.index), default=4)
-    col_label = max((len(str(c)) for c in values.columns), default=4)
-    cell_w = max(0.58, 0.075 * col_label)
-    width = 1.9 + 0.07 * label + cell_w * max(ncols, 2)
-    height = 1.35 + 0.36 * max(nrows, 1)
-    return min(width, 16.0), min(height, 14.0)
+    longest = max([len(str(c)) for c in values.columns]
+                  + [len(line) for row in cells for lab, text in row for line in (lab or text or "").split("\n")])
+    row_label = max((len(str(r)) for r in values.index), default=4)
+    cell_w = max(0.5, 0.06 * longest)
+    margin = 0.9 + 0.065 * row_label
+    width = max(4.4, margin + cell_w * ncols, margin + 0.07 * max(len(t) for t in title.split("\n")))
+    height = 1.75 + 0.32 * max(nrows, 1)
+    return min(width, 18.0), min(height, 16.0)
 
 
 def _axes(ax, values: pd.DataFrame, row_title: str, col_title: str) -> None:
     nrows, ncols = values.shape
-    ax.set_xticks(range(ncols), [str(c) for c in values.columns], fontsize=8,
+    ax.set_xticks(range(ncols), [str(c) for c in values.columns], fontsize=7.5,
                   rotation=0 if ncols <= 12 else 45)
-    ax.set_yticks(range(nrows), [str(r) for r in values.index], fontsize=8)
+    ax.set_yticks(range(nrows), [str(r) for r in values.index], fontsize=7.5)
     # Like the plan's tables: column headers on top, first row at the top.
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xlabel(col_title, fontsize=9)
-    ax.set_ylabel(row_title, fontsize=9)
+    ax.set_xlabel(col_title, fontsize=8.5)
+    ax.set_ylabel(row_title, fontsize=8.5)
     ax.set_xticks(np.arange(-0.5, ncols), minor=True)
     ax.set_yticks(np.arange(-0.5, nrows), minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
@@ -204,13 +235,11 @@ def _axes(ax, values: pd.DataFrame, row_title: str, col_title: str) -> None:
 def _to_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
-    plt.close(fig)
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def colour_of(value: float, scale: Scale = SPEEDUP, span: float = 4.0) -> str:
-    """CSS colour of a value on a fixed scale, for table cells (e.g. a geomean in the summary)."""
-    if value is None or not math.isfinite(value) or (scale.log and value <= 0):
+def colour_of(value: float, span: float = 4.0) -> str:
+    """CSS colour of a ratio on the speedup colours, fixed at 1/span .. span (for table cells)."""
+    if value is None or not math.isfinite(value) or value <= 0:
         return "transparent"
-    norm = mcolors.LogNorm(1 / span, span) if scale.centre is not None else mcolors.Normalize(0, 100)
-    return mcolors.to_hex(plt.get_cmap(scale.cmap)(norm(value)))
+    return mcolors.to_hex(matplotlib.colormaps[SPEEDUP.cmap](mcolors.LogNorm(1 / span, span)(value)))

@@ -16,7 +16,7 @@ import pandas as pd
 from fusebench.report import heatmap as hm
 from fusebench.report.grid import Layout, place
 from fusebench.report.tables import (
-    OK, Cell, Table, csv_data_uri, decode_json, num, panel_figures, ratio_frame, shape_ratio,
+    OK, PLACE, Cell, Table, csv_data_uri, decode_json, num, panel_figures, pills_cell, ratio_frame, shape_ratio,
     speedup_cell, summarize,
 )
 
@@ -37,6 +37,9 @@ METRICS = [
 # Drawn only where tol_ratio is not stored.
 FALLBACK_ACCURACY = ("max_rel_err", "accuracy: max relative error", hm.ERROR,
                      "max relative error vs float64", {OK, "mismatch"})
+# An implementation gets an accuracy map only where some error comes within this fraction of its
+# tolerance (or beyond): maps of errors far below tolerance would be most of a large report.
+ACCURACY_MAP_ABOVE = 0.1
 # Metrics drawn even when one value covers the whole grid (the spec asks for roofline per impl).
 ALWAYS_DRAW = {"pct_roofline"}
 
@@ -51,7 +54,8 @@ def render_report(store, run_id: int | None, out_path: str,
     """
     run_id = store.latest_run() if run_id is None else run_id
     info = store.run_info(run_id)
-    cells, layouts = place(store.cells(run_id))
+    stored = store.cells(run_id)
+    cells, layouts = place(stored)
     sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs)
                 for name in case_order(cells["case_name"])]
     html = render_template(
@@ -59,7 +63,7 @@ def render_report(store, run_id: int | None, out_path: str,
         title=f"fusebench report — run {run_id}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
         run_id=run_id, info=info, environment=environment(info),
         summary=summary_table(sections), sections=sections, status_legend=status_legend(),
-        db=store.path, all_csv=csv_data_uri(cells.drop(columns=[c for c in cells if c.endswith("_key")])),
+        db=store.path, all_csv=csv_data_uri(stored),
     )
     return write(out_path, html)
 
@@ -72,6 +76,7 @@ def render_template(name: str, **context) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("fusebench.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["ratio"] = hm.fmt_ratio
     return env.get_template(name).render(**context)
 
 
@@ -115,7 +120,7 @@ def environment(info: dict) -> list[dict]:
            for t, keys in groups]
     for title, key in (("clocks", "clocks"), ("timing", "timing"), ("request", "request")):
         items = decode_json(info.get(key))
-        out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items()]})
+        out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items() if v not in (None, "", [])]})
     return [g for g in out if g["items"]]
 
 
@@ -142,7 +147,9 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs) ->
         "name": name, "anchor": f"case-{name}", **meta,
         "dtypes": list(dict.fromkeys(rows["dtype"])), "impls": impls,
         "axes": f"{layout.row_title} × {layout.col_title}" if layout and layout.row_title else "",
+        "layout_note": layout.note if layout else "",
         "statuses": dict(Counter(rows["status"])),
+        "substituted": _substituted(rows),
         "pairs": [pair_block(rows, impl, base, layout) for impl, base in chosen],
         "unpaired": _unpaired_note(rows, impls, pairs, chosen),
         "metrics": metric_blocks(rows, layout),
@@ -150,8 +157,17 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs) ->
         "failures": failure_table(rows),
         "not_available": not_available_table(rows),
         "notes": note_table(rows),
-        "csv": csv_data_uri(rows.drop(columns=[c for c in rows if c.endswith("_key")])),
+        "csv": csv_data_uri(rows.drop(columns=PLACE)),
     }
+
+
+def _substituted(rows: pd.DataFrame) -> list[str]:
+    """Where the dtype that ran differs from the one asked for (fp16 -> fp32 on the CPU, say)."""
+    if "requested_dtype" not in rows:
+        return []
+    asked = rows["requested_dtype"].fillna(rows["dtype"])
+    moved = Counter(zip(asked[asked != rows["dtype"]], rows.loc[asked != rows["dtype"], "dtype"]))
+    return [f"asked for {a}, ran {b}: {n} cells" for (a, b), n in moved.items()]
 
 
 def timed_impls(rows: pd.DataFrame) -> set[str]:
@@ -190,11 +206,11 @@ def _unpaired_note(rows, impls, pairs, chosen) -> str:
 def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) -> dict:
     """Heatmaps and numbers of the speedup of impl over base (time(base) / time(impl))."""
     frame = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "time_us", base, None)
-    legend = f"speedup = time({base}) / time({impl});  > 1: {impl} faster"
+    legend = f"speedup = time({base}) / time({impl})\n> 1: {impl} faster"
     block = {
         "impl": impl, "base": base, "title": f"{impl} vs {base}",
         "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
-                                 f"{rows['case_name'].iloc[0]}: speedup of {impl} over {base}", legend),
+                                 f"{rows['case_name'].iloc[0]} · speedup of {impl} over {base}", legend),
         "by_dtype": [], "wall_figures": [],
     }
     wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)
@@ -207,14 +223,13 @@ def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) 
     if wall["ratio"].notna().any():
         block["wall_figures"] = panel_figures(
             wall, "ratio", "label", layout, hm.SPEEDUP,
-            f"{rows['case_name'].iloc[0]}: wall-time speedup of {impl} over {base}",
-            f"wall-time speedup = wall({base}) / wall({impl})")
+            f"{rows['case_name'].iloc[0]} · wall-time speedup of {impl} over {base}",
+            f"wall-time speedup = wall({base}) / wall({impl})\n> 1: {impl} faster")
     return block
 
 
-def _failed_counts(frame: pd.DataFrame) -> str:
-    labels = frame["label"].dropna()
-    return " · ".join(f"{k} {v}" for k, v in Counter(labels).most_common())
+def _failed_counts(frame: pd.DataFrame) -> dict:
+    return dict(Counter(frame["label"].dropna()).most_common())
 
 
 def metric_blocks(rows: pd.DataFrame, layout: Layout | None) -> list[dict]:
@@ -231,9 +246,11 @@ def metric_blocks(rows: pd.DataFrame, layout: Layout | None) -> list[dict]:
             measured = mine[column].dropna()
             if measured.empty or (column not in ALWAYS_DRAW and measured.nunique() < 2):
                 continue  # not measured, or one value for the whole grid: the table says it
+            if column == "tol_ratio" and measured.max() < ACCURACY_MAP_ABOVE:
+                continue  # far within tolerance everywhere: the table's worst value says enough
             frame = mine.assign(label=mine["status"].where(~mine["status"].isin(shown)))
             figures += panel_figures(frame, column, "label", layout, scale,
-                                     f"{rows['case_name'].iloc[0]}: {title} — {impl}", legend)
+                                     f"{rows['case_name'].iloc[0]} · {impl} · {title}", legend)
         if figures:
             # Accuracy maps are folded away unless some answer was wrong: then they are the news.
             wrong = (rows["status"] == "mismatch").any()
@@ -253,25 +270,24 @@ def impl_table(rows: pd.DataFrame) -> Table:
     """One line per implementation and dtype: outcomes, median time and the other metrics."""
     g = rows.groupby(["impl", "dtype"], sort=False)
     columns = [
-        ("time (µs, median)", "time_us", lambda s: num(s.median())),
-        ("wall (µs, median)", "wall_time_us", lambda s: num(s.median())),
-        ("GB/s (median)", "gbps", lambda s: num(s.median())),
-        ("TFLOP/s (median)", "tflops", lambda s: num(s.median())),
-        ("% roofline (median · max)", "pct_roofline", lambda s: f"{s.median():.0f} · {s.max():.0f}"),
+        ("time µs median", "time_us", lambda s: num(s.median())),
+        ("wall µs median", "wall_time_us", lambda s: num(s.median())),
+        ("GB/s median", "gbps", lambda s: num(s.median())),
+        ("TFLOP/s median", "tflops", lambda s: num(s.median())),
+        ("% roofline median · max", "pct_roofline", lambda s: f"{s.median():.0f} · {s.max():.0f}"),
         ("kernels", "kernels", _span),
-        ("traffic ampl. (median · max)", "traffic_amplification", lambda s: f"{s.median():.2f} · {s.max():.2f}"),
-        ("max error / tol (worst)", "tol_ratio", lambda s: num(s.max())),
-        ("max rel. err (worst)", "max_rel_err", lambda s: num(s.max())),
-        ("compile cold (s, median)", "compile_cold_s", lambda s: num(s.median())),
-        ("peak mem (MiB, max)", "peak_mem_bytes", lambda s: num(s.max() / 2**20)),
+        ("traffic ampl. median · max", "traffic_amplification", lambda s: f"{s.median():.2f} · {s.max():.2f}"),
+        ("error / tolerance worst", "tol_ratio", lambda s: num(s.max())),
+        ("max rel. error worst", "max_rel_err", lambda s: num(s.max())),
+        ("compile cold s median", "compile_cold_s", lambda s: num(s.median())),
+        ("peak mem MiB max", "peak_mem_bytes", lambda s: num(s.max() / 2**20)),
     ]
     present = [(h, c, f) for h, c, f in columns if c in rows and rows[c].notna().any()]
     table = Table(["implementation", "dtype", "cells", "ok", "not ok"] + [h for h, _, _ in present])
-    table.numeric = set(range(2, len(table.columns)))
+    table.numeric = {2, 3} | set(range(5, len(table.columns)))
     for (impl, dtype), part in g:
         failed = Counter(part.loc[part["status"] != OK, "status"])
-        table.add(impl, dtype, len(part), int((part["status"] == OK).sum()),
-                  " · ".join(f"{k} {v}" for k, v in failed.most_common()) or "—",
+        table.add(impl, dtype, len(part), int((part["status"] == OK).sum()), pills_cell(dict(failed.most_common())),
                   *[f(part[c].dropna()) if part[c].notna().any() else "—" for _, c, f in present])
     return table
 
@@ -324,21 +340,19 @@ def note_table(rows: pd.DataFrame) -> Table:
 
 def summary_table(sections: list[dict]) -> Table:
     table = Table(["case", "dtype", "implementation vs baseline", "geomean speedup", "wall-time geomean",
-                   "cells compared", "best shape", "worst shape", "not compared"])
+                   "shapes compared", "best shape", "worst shape", "not compared"])
     table.numeric = {3, 4, 5}
     for s in sections:
         link = Cell(s["name"], href=f"#{s['anchor']}")
         if not s["pairs"]:
+            failed = {k: v for k, v in s["statuses"].items() if k != OK}
             table.add(link, ", ".join(s["dtypes"]), Cell(s["unpaired"] or "—", style="color:#666"),
-                      "—", "—", "—", "—", "—", _status_summary(s["statuses"]))
+                      "—", "—", "—", "—", "—", pills_cell(failed))
         for p in s["pairs"]:
             for d in p["by_dtype"]:
                 gpu, wall = d["gpu"], d["wall"]
                 table.add(link, d["dtype"], p["title"], speedup_cell(gpu["geomean"]),
                           speedup_cell(wall["geomean"]), f"{gpu['n']} / {gpu['total']}",
-                          shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]), d["failed"] or "—")
+                          shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]), pills_cell(d["failed"]))
     return table
 
-
-def _status_summary(statuses: dict) -> str:
-    return " · ".join(f"{k} {v}" for k, v in statuses.items() if k != OK) or "—"

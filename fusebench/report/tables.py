@@ -29,6 +29,7 @@ class Cell:
     style: str = ""
     title: str = ""
     href: str = ""
+    pills: list[str] = field(default_factory=list)  # short tags drawn after the text (status counts)
 
 
 @dataclass
@@ -54,13 +55,18 @@ def num(v, digits: int = 3) -> str:
     return f"{v:,.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
 
 
-def speedup_cell(v: float | None, suffix: str = "×") -> Cell:
-    """A ratio coloured on the report's fixed speedup scale (blue faster, red slower)."""
+def pills_cell(counts: dict) -> Cell:
+    """Counts such as {'oom': 2, 'eager: skipped': 1} as one small tag each; '—' when none."""
+    return Cell("" if counts else "—", pills=[f"{k} {v}" for k, v in counts.items()])
+
+
+def speedup_cell(v: float | None, span: float = 4.0, text: str | None = None) -> Cell:
+    """A ratio coloured on a fixed scale of ±span (blue faster, red slower); text defaults to '1.23×'."""
     if v is None or not math.isfinite(v):
         return Cell("—")
-    colour = hm.colour_of(v)
+    colour = hm.colour_of(v, span=span)
     ink = "#000" if sum(c * w for c, w in zip(mcolors.to_rgb(colour), (0.299, 0.587, 0.114))) > 0.55 else "#fff"
-    return Cell(f"{hm.fmt_ratio(v)}{suffix}", style=f"background:{colour};color:{ink}")
+    return Cell(text or f"{hm.fmt_ratio(v)}×", style=f"background:{colour};color:{ink}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ def panel_figures(frame: pd.DataFrame, value: str, label: str, layout: Layout | 
             figures.append({
                 "title": where,
                 "img": hm.heatmap(pivot(rows, value), pivot(rows, label), scale,
-                                  title=f"{title}" + (f" — {where}" if where else ""),
+                                  title=f"{title}\n{where}" if where else title,
                                   row_title=layout.row_title if layout else "",
                                   col_title=layout.col_title if layout else "shape",
                                   colorbar_label=colorbar_label),

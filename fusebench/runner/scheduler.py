@@ -29,6 +29,9 @@ from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
 
 FAILED = ("mismatch", "error", "crashed", "timeout")
+# Errors after which a process's CUDA context stays broken: every later cell would fail too.
+STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecified launch failure",
+                      "misaligned address", "illegal instruction")
 
 
 @dataclass
@@ -63,7 +66,10 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
         msg = conn.recv()
         if msg is None:
             return
-        conn.send(("done", measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)))
+        row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)
+        conn.send(("done", row))
+        if row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS):
+            os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
 
 
 @dataclass

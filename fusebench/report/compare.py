@@ -1,0 +1,173 @@
+"""Compare two runs cell by cell: two devices, two PyTorch versions, two commits.
+
+Run A is the reference and run B the one judged: each heatmap shows time(A) / time(B), so that
+above 1 B is faster, as in the run report's speedups.  A cell *regressed* by
+(time(B) / time(A) - 1) x 100 percent; `CompareResult.max_regression_pct` is the largest such
+figure, for `fusebench compare --fail-above PCT` in CI.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from fusebench.report import heatmap as hm
+from fusebench.report.grid import place
+from fusebench.report.html import case_meta, case_order, render_template, status_legend, write
+from fusebench.report.tables import (
+    OK, PLACE, Cell, Table, csv_data_uri, num, panel_figures, ratio_frame, shape_ratio, speedup_cell, summarize,
+)
+
+KEY = ["case_name", "impl", "dtype", "shape"]
+ENV_KEYS = ["device_name", "device", "device_count", "torch", "triton", "cuda", "driver", "python",
+            "platform", "hostname", "git_commit", "fusebench_version", "started", "status", "timing", "clocks"]
+
+
+@dataclass
+class CompareResult:
+    """What a comparison found; out_path is the HTML page written."""
+
+    out_path: str
+    run_a: int
+    run_b: int
+    matched: int  # cells timed ok in both runs
+    only_a: int  # cells run A has and B lacks
+    only_b: int
+    geomean_speedup: float | None  # of B over A: geomean of time(A) / time(B); None when nothing matched
+    max_regression_pct: float  # largest slow-down of a matched cell, percent; 0.0 when none got slower
+    cells: pd.DataFrame = field(repr=False)  # every matched key: time_a, time_b, status_a, status_b, regression_pct
+    new_failures: pd.DataFrame = field(repr=False)  # ok in A, not ok in B
+
+    def regressed(self, pct: float) -> pd.DataFrame:
+        """Cells that got slower by more than pct percent, worst first."""
+        slow = self.cells[self.cells["regression_pct"] > pct]
+        return slow.sort_values("regression_pct", ascending=False)
+
+
+def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> CompareResult:
+    """Write the comparison page of run B against run A (the two may share one store)."""
+    info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
+    both, layouts = place(pd.concat([store_a.cells(run_a).assign(side="A"),
+                                     store_b.cells(run_b).assign(side="B")], ignore_index=True))
+    frames = []
+    for (case, impl), rows in both.groupby(["case_name", "impl"], sort=False):
+        frame = ratio_frame(rows[rows["side"] == "A"], rows[rows["side"] == "B"], "time_us", "A", "B")
+        frames.append(frame.assign(case_name=case, impl=impl))
+    matched = _with_times(pd.concat(frames, ignore_index=True), both) if frames else _empty()
+    matched = matched.rename(columns={"status_t": "status_a"})  # ratio_frame's top side is run A
+    matched["regression_pct"] = (1.0 / matched["ratio"] - 1.0) * 100.0
+
+    sections = [_case_section(name, matched[matched["case_name"] == name], layouts.get(name))
+                for name in case_order(matched["case_name"])]
+    result = _result(matched, out_path, run_a, run_b)
+    html = render_template(
+        "compare.html.j2", title=f"fusebench comparison — run {run_a} vs run {run_b}",
+        a=_run_label(store_a, run_a, info_a), b=_run_label(store_b, run_b, info_b),
+        environment=_environment_table(info_a, info_b), result=result, summary=_summary_table(sections),
+        regressions=_regression_table(result.cells, limit=15), new_failures=_status_table(result.new_failures),
+        fixed=_status_table(matched[~matched["status_a"].isin([OK, "missing"]) & (matched["status_b"] == OK)]),
+        sections=sections, status_legend=status_legend(),
+        csv=csv_data_uri(result.cells.drop(columns=PLACE + ["label"])),
+    )
+    result.out_path = write(out_path, html)
+    return result
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=[*KEY, "ratio", "label", "status_t", "status_b", "time_a", "time_b", "panel",
+                                 "row", "col", "panel_key", "row_key", "col_key"])
+
+
+def _with_times(frame: pd.DataFrame, both: pd.DataFrame) -> pd.DataFrame:
+    """Add each side's time (µs) to the matched frame, for the tables."""
+    times = both.pivot_table(index=KEY, columns="side", values="time_us", aggfunc="first")
+    times = times.reindex(columns=["A", "B"]).rename(columns={"A": "time_a", "B": "time_b"}).reset_index()
+    return frame.merge(times, on=KEY, how="left")
+
+
+def _result(cells: pd.DataFrame, out_path: str, run_a: int, run_b: int) -> CompareResult:
+    timed = cells[cells["ratio"] > 0]
+    summary = summarize(timed) if len(timed) else {"geomean": None}
+    worst = timed["regression_pct"].max() if len(timed) else 0.0
+    return CompareResult(
+        out_path=out_path, run_a=run_a, run_b=run_b, matched=len(timed),
+        only_a=int((cells["status_b"] == "missing").sum()), only_b=int((cells["status_a"] == "missing").sum()),
+        geomean_speedup=summary["geomean"], max_regression_pct=max(0.0, float(worst)),
+        cells=cells, new_failures=cells[(cells["status_a"] == OK) & ~cells["status_b"].isin([OK, "missing"])],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# page parts
+
+
+def _run_label(store, run_id: int, info: dict) -> dict:
+    what = " · ".join(str(x) for x in (info.get("device_name") or info.get("device"),
+                                        info.get("torch") and f"torch {info['torch']}", info.get("started")) if x)
+    return {"run": run_id, "db": store.path, "what": what}
+
+
+def _environment_table(info_a: dict, info_b: dict) -> Table:
+    """The two runs' environments side by side; differing fields are highlighted."""
+    table = Table(["", "A", "B"])
+    for key in ENV_KEYS:
+        va, vb = info_a.get(key), info_b.get(key)
+        if va in (None, "") and vb in (None, ""):
+            continue
+        style = "background:#fff4cf" if va != vb else ""
+        table.add(key, Cell(str(va if va is not None else "—"), style=style),
+                  Cell(str(vb if vb is not None else "—"), style=style))
+    return table
+
+
+def _case_section(name: str, rows: pd.DataFrame, layout) -> dict:
+    impls = []
+    for impl in dict.fromkeys(rows["impl"]):
+        mine = rows[rows["impl"] == impl]
+        impls.append({
+            "impl": impl,
+            "by_dtype": [{"dtype": d, **summarize(mine[mine["dtype"] == d]),
+                          "changed": _status_changes(mine[mine["dtype"] == d])}
+                         for d in dict.fromkeys(mine["dtype"])],
+            "figures": panel_figures(mine, "ratio", "label", layout, hm.RUN_RATIO,
+                                     f"{name} · {impl} · time(A) / time(B)", "time(A) / time(B)\n> 1: B faster"),
+        })
+    return {"name": name, "anchor": f"case-{name}", **case_meta(name), "impls": impls,
+            "regressions": _regression_table(rows, limit=8)}
+
+
+def _status_changes(frame: pd.DataFrame) -> str:
+    changed = frame[(frame["status_a"] != frame["status_b"])
+                    & ~frame["status_a"].eq("missing") & ~frame["status_b"].eq("missing")]
+    pairs = changed.groupby(["status_a", "status_b"]).size()
+    return " · ".join(f"{a} → {b}: {n}" for (a, b), n in pairs.items())
+
+
+def _summary_table(sections: list[dict]) -> Table:
+    table = Table(["case", "implementation", "dtype", "B over A (geomean)", "shapes compared",
+                   "best shape", "worst shape", "status changes A → B"])
+    table.numeric = {3, 4}
+    for s in sections:
+        for i in s["impls"]:
+            for d in i["by_dtype"]:
+                table.add(Cell(s["name"], href=f"#{s['anchor']}"), i["impl"], d["dtype"],
+                          speedup_cell(d["geomean"], span=1.25), f"{d['n']} / {d['total']}",
+                          shape_ratio(d["best"]), shape_ratio(d["worst"]), d["changed"] or "—")
+    return table
+
+
+def _regression_table(cells: pd.DataFrame, limit: int) -> Table:
+    slow = cells[cells["regression_pct"] > 0].sort_values("regression_pct", ascending=False).head(limit)
+    table = Table(["case", "implementation", "dtype", "shape", "time A (µs)", "time B (µs)", "slower by"])
+    table.numeric = {4, 5, 6}
+    for _, r in slow.iterrows():
+        table.add(r["case_name"], r["impl"], r["dtype"], r["shape"], num(r.get("time_a")), num(r.get("time_b")),
+                  speedup_cell(r["ratio"], span=1.25, text=f"{r['regression_pct']:.1f}%"))
+    return table
+
+
+def _status_table(cells: pd.DataFrame) -> Table:
+    table = Table(["case", "implementation", "dtype", "shape", "A", "B"])
+    for _, r in cells.iterrows():
+        table.add(r["case_name"], r["impl"], r["dtype"], r["shape"], r["status_a"], r["status_b"])
+    return table
