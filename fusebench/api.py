@@ -99,14 +99,17 @@ def run(
         if on_plan:
             on_plan(run_id, len(todo))
         opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=_parse_gpus(gpus),
-                          plugins=plugins, metrics=metric_names, db_path=store.path)
+                          plugins=plugins, metrics=metric_names, db_path=store.path,
+                          worker_log=store.path + ".log" if isolate else None)
         status = "interrupted"
         try:
             Scheduler(store, run_id, opts, on_cell).run(todo)
             status = "done"
         finally:
             store.finish_run(run_id, status)
-        return store.cells(run_id)
+        df = store.cells(run_id)
+        df.attrs.update(run_id=run_id, db=store.path)
+        return df
     finally:
         store.close()
 

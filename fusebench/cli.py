@@ -158,6 +158,9 @@ def run(
     from fusebench.summary import print_summary
 
     print_summary(df, out)
+    if isolate:
+        err.print(f"workers' output (compiler warnings, profiler messages): {df.attrs.get('db', '')}.log",
+                  highlight=False)
     bad = df[df.status.isin(["mismatch", "error", "crashed", "timeout"])]
     if strict and len(bad):
         err.print(f"--strict: {len(bad)} cell(s) failed", highlight=False)
@@ -245,6 +248,55 @@ def compare(
         err.print(f"--fail-above {fail_above:g}: {len(result.regressed(fail_above))} cell(s) regressed, "
                   f"{len(result.new_failures)} newly failing", highlight=False)
         raise typer.Exit(1)
+
+
+@app.command()
+@bad_input_is_exit_2
+def show(
+    case: str = typer.Argument(..., help="The case."),
+    shape: str = typer.Option(..., "--shape", help="One shape, e.g. 8192x8192."),
+    impl: str = typer.Option(..., "--impl", help="One implementation."),
+    dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: the case's own)."),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
+    ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters per kernel."),
+    db: Optional[str] = typer.Option(None, help="Results database (for the device's stored ceilings)."),
+    plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases."),
+    code_lines: int = typer.Option(200, help="Lines of generated code to print per module (0: all)."),
+):
+    """One cell in depth: every metric, the kernels launched, Inductor's code and autotune choices."""
+    from fusebench.cases import get_case, load_plugin, parse_dtype, parse_shape
+    from fusebench.env import best_device
+    from fusebench.impls import get_impl
+    from fusebench.metrics.show import print_show, show_cell
+    from fusebench.store import default_db_path
+
+    for path in plugin or []:
+        load_plugin(path)
+    c, i = get_case(case), get_impl(impl)  # validate before measuring
+    s = c.normalize_shape(parse_shape(shape))
+    if dtype:
+        parse_dtype(dtype)
+    result = show_cell(c, i, s, dtype, device=device or best_device(), with_ncu=ncu,
+                       db_path=db or default_db_path())
+    print_show(result, out, code_lines=code_lines or None)
+    if result["status"] not in ("ok", "unsupported"):
+        raise typer.Exit(1)
+
+
+@app.command()
+@bad_input_is_exit_2
+def ceilings(
+    db: Optional[str] = typer.Option(None, help="Results database to store them in."),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
+):
+    """Measure this device's copy bandwidth and matmul peaks (the roofline's ceilings) and store them."""
+    from fusebench.ceilings import format_ceilings, run_ceilings
+    from fusebench.env import best_device
+    from fusebench.store import default_db_path
+
+    name, measured = run_ceilings(db or default_db_path(), device or best_device())
+    for line in format_ceilings(name, measured):
+        out.print(line, highlight=False)
 
 
 @app.command()

@@ -52,26 +52,30 @@ def predicted_bytes(case, shape, dtype) -> int | None:
 
 
 def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple[str, ...] = (),
-                 db_path: str | None = None) -> dict:
-    """Measure `cell`; never raises for a failure of the cell itself (it becomes the status)."""
+                 db_path: str | None = None, keep: dict | None = None) -> dict:
+    """Measure `cell`; never raises for a failure of the cell itself (it becomes the status).
+
+    With `keep`, keep["ctx"] receives the MetricContext of a timed cell (the warmed-up
+    implementation and its inputs), for `fusebench show` to look further."""
     t0 = time.perf_counter()
     row = dict(case_name=cell.case, impl=cell.impl, shape=shape_str(cell.shape), requested_dtype=cell.dtype,
                dtype=cell.dtype, device=cell.device, started=now(), seeds=0, status="error")
     notes: list[str] = []
     try:
-        _measure(cell, timing, seeds, row, notes, metrics, db_path)
+        _measure(cell, timing, seeds, row, notes, metrics, db_path, keep)
     except Exception as exc:  # the cell failed; record why and move on
         row["status"] = "oom" if is_oom(exc) else "error"
         row["reason"] = first_line(exc)
     finally:
-        free_memory(cell.device)
+        if row["status"] not in ("unsupported", "skipped"):  # nothing was allocated otherwise
+            free_memory(cell.device)
     row["note"] = "; ".join(n for n in notes if n) or None
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return row
 
 
 def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str], metrics=(),
-             db_path=None) -> None:
+             db_path=None, keep=None) -> None:
     case, impl = get_case(cell.case), get_impl(cell.impl)
     dtype, device = DTYPES[cell.dtype], cell.device
     if device == "cpu" and case.default_dtype in (torch.float16, torch.bfloat16):
@@ -147,8 +151,10 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         if row["flops"]:
             row["tflops"] = row["flops"] / stats.median_us / 1e6
         row["status"] = "ok"
-        _other_metrics(metrics, MetricContext(case, impl, prepared, args, shape, dtype, device, row, db_path),
-                       row, notes)
+        ctx = MetricContext(case, impl, prepared, args, shape, dtype, device, row, db_path)
+        _other_metrics(metrics, ctx, row, notes)
+        if keep is not None:
+            keep["ctx"] = ctx
 
 
 def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:

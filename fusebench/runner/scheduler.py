@@ -44,6 +44,7 @@ class RunOptions:
     seeds: tuple[int, ...] = (0, 1, 2)
     metrics: tuple[str, ...] = ()  # metric families beyond time and accuracy (fusebench/metrics/)
     db_path: str | None = None
+    worker_log: str | None = None  # workers' stdout and stderr go here, not over the progress bar
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,6 +55,10 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before CUDA is initialised
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    if opts.worker_log:
+        log = os.open(opts.worker_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
     # Compiler advice (e.g. "online softmax disabled") would scroll the progress bar away.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     from fusebench.cases import load_plugin
