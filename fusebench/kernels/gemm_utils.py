@@ -7,6 +7,7 @@ checks that every wrapper in matmul.py / conv.py / attention.py shares.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import torch
@@ -102,3 +103,56 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     pid_n = (pid % num_pid_in_group) // group_size_m
     return pid_m, pid_n
+
+
+def _quick_bench(fn, quantiles=None):
+    # 10 ms warm-up, 30 ms of timed runs per config: enough to rank configs, a quarter of the default
+    return triton.testing.do_bench(fn, warmup=10, rep=30, quantiles=quantiles)
+
+
+def autotune(configs, key, **kwargs):
+    """triton.autotune with a shorter per-config benchmark where this Triton accepts `do_bench`."""
+    if "do_bench" in inspect.signature(triton.autotune).parameters:
+        kwargs.setdefault("do_bench", _quick_bench)
+    return triton.autotune(configs=configs, key=key, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Choosing between whole implementations (e.g. pointer vs TMA GEMM, cuDNN+epilogue vs implicit GEMM):
+# like autotuning, but across different kernels.  Each candidate runs once (compiling and autotuning
+# it), then is timed; the winner is remembered per key.  The first candidate is the default, used
+# without timing under the interpreter and during CUDA-graph capture.
+
+_FASTEST: dict = {}
+
+
+def fastest(key, candidates: dict) -> str:
+    """Name of the fastest zero-argument callable in `candidates` for `key` (timed once, then cached)."""
+    hit = _FASTEST.get(key)
+    if hit is not None:
+        return hit[0]
+    names = list(candidates)
+    if len(names) == 1 or interpreting() or not torch.cuda.is_available() \
+            or torch.cuda.is_current_stream_capturing():
+        return names[0]
+    times = {}
+    for i, name in enumerate(names):
+        try:
+            candidates[name]()
+            times[name] = triton.testing.do_bench(candidates[name], warmup=5, rep=25)
+        except Exception:
+            if i == 0:
+                raise  # the default must work
+            times[name] = float("inf")
+    best = min(names, key=lambda n: times[n])
+    _FASTEST[key] = (best, times)
+    return best
+
+
+def fastest_record(key):
+    """(chosen name, {name: ms}) if `key` has been timed, else None."""
+    return _FASTEST.get(key)
+
+
+def fastest_records() -> dict:
+    return dict(_FASTEST)

@@ -7,9 +7,10 @@ Kernels
 - `_gemm_kernel`: the tutorial's tiled GEMM (pointer arithmetic, grouped program order for L2
   reuse) whose epilogue -- bias add, residual add, relu -- is applied to the fp32 accumulator
   before the one and only store.  Runs everywhere, the interpreter included.
-- `_gemm_tma_kernel`: the same GEMM for Hopper, persistent (one program per SM walking the tiles
-  in grouped order) and fed by TMA tensor descriptors.  Used for fp16/bf16 when the strides allow
-  TMA (16-byte aligned rows).
+- `_gemm_tma_kernel`: the same GEMM for Hopper fed by TMA tensor descriptors, persistent (one
+  program per SM walking the tiles in grouped order) or not, as an autotuning switch.  For fp16/bf16
+  with TMA-compatible strides, gemm() times both kernels at the first call for a shape and keeps
+  the faster (GEMM_IMPL below).
 - `_b2b_kernel`: `(a @ b) @ c` with the (BLOCK_M x N) intermediate kept in registers, for N <= 256;
   wider intermediates go through two GEMMs.
 
@@ -26,8 +27,8 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels.gemm_utils import (
-    check_device, dot_precision, grouped_tile, has_tensor_descriptors, interpreting, is_hopper_or_newer,
-    next_pow2, num_sms, precision_note,
+    autotune, check_device, dot_precision, fastest, fastest_record, grouped_tile, has_tensor_descriptors,
+    interpreting, is_hopper_or_newer, next_pow2, num_sms, precision_note,
 )
 from fusebench.kernels.registry import triton_kernel
 
@@ -49,6 +50,8 @@ def _gemm_configs():
         return [
             _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
             _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4), _cfg(64, 64, 64, 4, 4),
+            # grids of about one wave (small M or N, long K): deeper K steps keep more bytes in flight
+            _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4),
         ]
     # Ampere and older: the tutorial's space (less shared memory, no wgmma)
     return [
@@ -58,14 +61,18 @@ def _gemm_configs():
 
 
 def _tma_configs():
-    if not is_hopper_or_newer():
-        return [_cfg(128, 128, 64, 3, 8, EPILOGUE_SUBTILE=False)]  # never launched: TMA is Hopper-only
+    if not is_hopper_or_newer():  # never launched: TMA is Hopper-only
+        return [_cfg(128, 128, 64, 3, 8, EPILOGUE_SUBTILE=False, PERSISTENT=False)]
     # EPILOGUE_SUBTILE stores C in two halves: half the shared-memory staging buffer, which is what
     # lets the 128x256 tile keep three pipeline stages within Hopper's 227 KB.
-    # (256x128 would need 240 KB even so: left out.)
-    return [_cfg(128, 256, 64, 3, 8, EPILOGUE_SUBTILE=True), _cfg(128, 128, 64, 4, 8, EPILOGUE_SUBTILE=True),
-            _cfg(128, 128, 64, 4, 4, EPILOGUE_SUBTILE=True),
-            _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False), _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False)]
+    # (256x128 would need 240 KB even so: left out.)  PERSISTENT: one program per SM.
+    return [_cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=sub, PERSISTENT=pers)
+            for bm, bn, bk, s, w, sub in [(128, 256, 64, 3, 8, True), (128, 128, 64, 4, 8, True),
+                                           (128, 128, 64, 4, 4, True)]
+            for pers in (True, False)] + [
+        _cfg(128, 256, 64, 4, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False),
+        _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False),
+        _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)]
 
 
 def _prune_gemm(configs, named_args, **kwargs):
@@ -78,6 +85,13 @@ def _prune_gemm(configs, named_args, **kwargs):
     if len(configs) == 1:
         return configs
     sms = num_sms()
+    # operand staging of the software pipeline must fit Hopper's 227 KB (fp32 tiles are twice fp16's)
+    es = (named_args["a_ptr"] if "a_ptr" in named_args else named_args["a_desc"].base).element_size()
+
+    def smem(c):
+        return c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * es
+
+    configs = [c for c in configs if smem(c) <= 200 * 1024] or configs[-1:]
     fits = [c for c in configs
             if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M)) and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
     fits = fits or configs[-1:]
@@ -111,7 +125,7 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn
     return acc
 
 
-@triton.autotune(configs=_gemm_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune_gemm})
+@autotune(configs=_gemm_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune_gemm})
 @triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
 def _gemm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr,  #
@@ -154,7 +168,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr,  #
 
 
 # ------------------------------------------------------------------------------------------------
-# Kernel 2: persistent TMA GEMM for Hopper, same epilogue.
+# Kernel 2: TMA GEMM for Hopper, same epilogue; persistent or one tile per program (a config switch).
 
 
 def _tma_block_shapes(nargs):
@@ -171,57 +185,80 @@ def _with_hook(configs):
     return configs
 
 
-@triton.autotune(configs=_with_hook(_tma_configs()), key=["M", "N", "K", "B_TRANS"],
-                 prune_configs_by={"early_config_prune": _prune_gemm})
+@triton.jit
+def _tma_tile(a_desc, b_desc, off_m, off_n, k_tiles,  #
+              B_TRANS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 accumulator of one (BLOCK_M, BLOCK_N) tile; TMA fills out-of-bounds with 0."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_tiles):
+        off_k = ki * BLOCK_K
+        a = a_desc.load([off_m, off_k])
+        if B_TRANS:  # b is stored (N, K): load a (BLOCK_N, BLOCK_K) tile and transpose the view
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _tma_finish(acc, c_desc, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
+    """Epilogue on the fp32 accumulator, then the TMA store (clipped at the matrix edge)."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU)
+    c = acc.to(c_desc.dtype)
+    if EPILOGUE_SUBTILE:  # (BM, BN) -> (BM, 2, BN/2) -> two (BM, BN/2) halves: half the staging buffer
+        c0, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c0)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], c1)
+    else:
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
+
+
+@autotune(configs=_with_hook(_tma_configs()), key=["M", "N", "K", "B_TRANS"],
+          prune_configs_by={"early_config_prune": _prune_gemm})
 @triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
 def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
                      M, N, K, stride_rm, stride_rn,  #
                      HAS_BIAS, HAS_RES, RELU,  #
                      B_TRANS: tl.constexpr, NUM_SMS: tl.constexpr,  #
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     EPILOGUE_SUBTILE: tl.constexpr):
+                     EPILOGUE_SUBTILE: tl.constexpr, PERSISTENT: tl.constexpr):
     start_pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    num_tiles = num_pid_m * num_pid_n
-    # A second tile counter for the epilogue (as in the persistent-matmul tutorial: the pipeliner
-    # handles a loop-carried value better when the prologue and epilogue do not share it).
-    tile_id_c = start_pid - NUM_SMS
-    # Each program walks tiles start_pid, start_pid + NUM_SMS, ...; TMA fills out-of-bounds with 0.
-    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            a = a_desc.load([off_m, off_k])
-            if B_TRANS:  # b is stored (N, K): load a (BLOCK_N, BLOCK_K) tile and transpose the view
-                b = b_desc.load([off_n, off_k]).T
-            else:
-                b = b_desc.load([off_k, off_n])
-            acc = tl.dot(a, b, acc)
-
-        tile_id_c += NUM_SMS
-        pid_m, pid_n = grouped_tile(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU)
-        # TMA store clips the tile at the matrix edge
-        c = acc.to(c_desc.dtype)
-        if EPILOGUE_SUBTILE:  # (BM, BN) -> (BM, 2, BN/2) -> two (BM, BN/2) halves, stored one after the other
-            c0, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c0)
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], c1)
-        else:
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
+    if PERSISTENT:
+        # NUM_SMS programs; each walks tiles start_pid, start_pid + NUM_SMS, ... in grouped order.
+        # A second tile counter for the epilogue, as in the persistent-matmul tutorial (the pipeliner
+        # handles it better than one value shared by the prologue and the epilogue).
+        tile_id_c = start_pid - NUM_SMS
+        for tile_id in tl.range(start_pid, num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+            pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+            acc = _tma_tile(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles, B_TRANS, BLOCK_M, BLOCK_N,
+                            BLOCK_K)
+            tile_id_c += NUM_SMS
+            pid_m, pid_n = grouped_tile(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
+            _tma_finish(acc, c_desc, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_rm, stride_rn, HAS_BIAS, HAS_RES,
+                        RELU, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        # one tile per program, like kernel 1
+        pid_m, pid_n = grouped_tile(start_pid, num_pid_m, num_pid_n, GROUP_M)
+        acc = _tma_tile(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k_tiles, B_TRANS, BLOCK_M, BLOCK_N, BLOCK_K)
+        _tma_finish(acc, c_desc, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_rm, stride_rn, HAS_BIAS, HAS_RES,
+                    RELU, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
 
 
 # ------------------------------------------------------------------------------------------------
 # Host side.
 
-# "tma" (Hopper, fp16/bf16, aligned), "ptr", or "auto" (tma where it applies).
+# Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere), or
+# "auto" (default): where TMA applies, both are timed at the first call for a shape and the faster one
+# is kept (gemm_utils.fastest).  On an H200 with Triton 3.6 the pointer kernel -- whose loads Triton
+# pipelines with cp.async -- beat the persistent TMA kernel at every size of our first measurement
+# (e.g. 4096^3 fp16 relu: 713 vs 586 TFLOP/s), so "ptr" is the candidate tried first.
 GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
 
 
@@ -238,12 +275,14 @@ def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
 
 
 def gemm_impl_for(a, b, c, res=None) -> str:
-    if GEMM_IMPL == "ptr":
+    """ "ptr", "tma", or "auto" (both apply: time them) for these operands under GEMM_IMPL."""
+    if GEMM_IMPL == "ptr" or not _tma_ok(a, b, c, res):
         return "ptr"
-    ok = _tma_ok(a, b, c, res)
-    if GEMM_IMPL == "tma" and not ok:
-        return "ptr"
-    return "tma" if ok else "ptr"
+    return "tma" if GEMM_IMPL == "tma" else "auto"
+
+
+def _choice_key(a, b, c):
+    return ("gemm", a.shape[0], b.shape[1], a.shape[1], a.dtype, a.stride(), b.stride(), c.stride(), a.device.index)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -265,9 +304,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
         return c.copy_(torch.relu(acc) if relu else acc)
     bias_arg = bias if bias is not None else c  # never read when HAS_BIAS == 0
     res_arg = residual if residual is not None else c
-    srm, srn = (residual.stride(0), residual.stride(1)) if residual is not None else (0, 0)
+    # without a residual, pass C's strides: the same integer specialization, so the same binary
+    srm, srn = (residual.stride(0), residual.stride(1)) if residual is not None else (c.stride(0), c.stride(1))
     flags = (int(bias is not None), int(residual is not None), int(relu))
     impl = impl or gemm_impl_for(a, b, c, residual)
+    if impl == "auto":
+        kw = dict(bias=bias, residual=residual, relu=relu, out=c)
+        impl = fastest(_choice_key(a, b, c), {"ptr": lambda: gemm(a, b, impl="ptr", **kw),
+                                              "tma": lambda: gemm(a, b, impl="tma", **kw)})
     if impl == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
         b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
@@ -278,7 +322,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
         sms = num_sms(a.device.index or 0)
 
         def grid(meta):
-            return (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+            tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+            return (min(sms, tiles) if meta["PERSISTENT"] else tiles,)
 
         _gemm_tma_kernel[grid](a_desc, b_desc, c_desc, bias_arg, res_arg, M, N, K, srm, srn, *flags,
                                B_TRANS=b_trans, NUM_SMS=sms)
@@ -301,19 +346,19 @@ def _b2b_configs():
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_K": 32, "BLOCK_P": 32}, num_stages=1, num_warps=4)]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_K": bk, "BLOCK_P": bp}, num_stages=s, num_warps=w)
-            for bm, bk, bp, s, w in [(64, 64, 128, 3, 4), (128, 64, 128, 3, 8), (64, 32, 64, 4, 4),
-                                     (32, 64, 128, 3, 4)]]
+            for bm, bk, bp, s, w in [(64, 64, 128, 3, 4), (128, 64, 128, 3, 8), (64, 64, 128, 3, 8),
+                                     (64, 32, 64, 4, 4), (32, 64, 128, 3, 4)]]
 
 
 def _prune_b2b(configs, named_args, **kwargs):
     n, p = named_args["N"], named_args["P"]
     keep = [c for c in configs if c.kwargs["BLOCK_P"] <= next_pow2(p)]
-    if n > 128:  # a (BLOCK_M x 256) fp32 accumulator: keep the tile short
-        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64]
+    if n > 128:  # a (BLOCK_M x 256) fp32 accumulator: keep the tile short, or spread it over 8 warps
+        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64 and (c.num_warps == 8 or c.kwargs["BLOCK_K"] <= 32)]
     return keep or configs[-1:]
 
 
-@triton.autotune(configs=_b2b_configs(), key=["M", "N", "K", "P"], prune_configs_by={"early_config_prune": _prune_b2b})
+@autotune(configs=_b2b_configs(), key=["M", "N", "K", "P"], prune_configs_by={"early_config_prune": _prune_b2b})
 @triton.jit
 def _b2b_kernel(a_ptr, b_ptr, c_ptr, o_ptr,  #
                 M, N, K, P,  #
@@ -384,11 +429,18 @@ def _supports(shape, dtype, device):
 
 def _describe_gemm(shape, dtype):
     note = precision_note(dtype)
-    if dtype != torch.float32 and has_tensor_descriptors() and GEMM_IMPL != "ptr":
-        m, n, k = shape[:3]
-        if n % 8 == 0 and k % 8 == 0:
-            return f"{note}, persistent TMA GEMM + fused epilogue"
-    return f"{note}, tiled GEMM + fused epilogue"
+    m, n, k = shape[:3]
+    if dtype != torch.float32 and has_tensor_descriptors() and GEMM_IMPL != "ptr" and n % 8 == 0 and k % 8 == 0:
+        if GEMM_IMPL == "tma":
+            return f"{note}, TMA GEMM + fused epilogue"
+        # the case's operands are contiguous: the key the wrapper used
+        key = ("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0)
+        rec = fastest_record(key)
+        if rec:
+            times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
+            return f"{note}, {rec[0]} GEMM + fused epilogue (faster of pointer/TMA kernels here: {times})"
+        return f"{note}, tiled GEMM + fused epilogue (pointer or TMA kernel, the faster, timed at first call)"
+    return f"{note}, tiled GEMM (pointer loads) + fused epilogue"
 
 
 @triton_kernel("matmul_add", supports=_supports, describe=_describe_gemm, interpretable=True)

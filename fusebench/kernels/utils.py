@@ -101,7 +101,9 @@ class RowPlan:
     """How a row-wise kernel covers an (M, N) tensor.
 
     mode "tile":  each program holds `block_m` whole rows (`block_n` >= N columns) on chip.
-    mode "loop":  one program per row walks it in steps of `block_n` columns.
+    mode "loop":  a program walks a row in steps of `block_n` columns, then the next row:
+                  `grid` programs (0: one per row), which caps the rows in flight and so the
+                  bytes that a second pass over each row needs to find in L2.
     mode "split": `splits` programs per row, each holding a chunk of `block_n` columns on chip;
                   their partial results are combined by a second step.
     """
@@ -111,12 +113,14 @@ class RowPlan:
     block_n: int
     num_warps: int
     splits: int = 1
+    grid: int = 0
 
     def describe(self) -> str:
         if self.mode == "tile":
             return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps)"
         if self.mode == "loop":
-            return f"looped rows (step {self.block_n}, {self.num_warps} warps)"
+            progs = f", {self.grid} programs" if self.grid else ""
+            return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs})"
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
@@ -135,8 +139,8 @@ def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int
     return RowPlan("tile", block_m, bn, num_warps)
 
 
-def loop_plan(block_n: int = 4096, num_warps: int | None = None) -> RowPlan:
-    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16))
+def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0) -> RowPlan:
+    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16), grid=grid)
 
 
 def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPlan:
@@ -144,18 +148,49 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
-def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP) -> list[RowPlan]:
-    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first."""
+def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4) -> list[RowPlan]:
+    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
+
+    Long rows, many of them: one program per row, and a capped grid whose rows in flight fit
+    in half the L2 (so that the second pass over a row finds it there), at least half the SMs."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base, tile_plan(M, N, device, base.block_m, min(32, 2 * base.num_warps))]
         if base.block_m > 1 or base.block_n <= 2048:
             cands.append(tile_plan(M, N, device, 2 * base.block_m, min(32, 2 * base.num_warps)))
         return _unique(cands)
-    loops = [loop_plan(4096), loop_plan(8192, 16)]
+    sms = num_sms(device)
+    in_l2 = max(sms // 2, min(2 * sms, l2_bytes(device) // (2 * N * elem_size)))
+    loops = [loop_plan(4096), loop_plan(8192, 16), loop_plan(8192, 16, grid=min(M, in_l2))]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
-    few_rows = M < 2 * num_sms(device)
-    return _unique(splits + loops if few_rows else loops + splits)
+    few_rows = M < 2 * sms
+    return _unique(splits + loops[:2] if few_rows else loops + splits)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """A (block_m, block_n) tile per program for an element-wise kernel over an (M, N) tensor."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+
+    def describe(self) -> str:
+        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps"
+
+
+def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (4096, 2048, 8192)) -> list[TilePlan]:
+    """Candidate tiles for an element-wise kernel, the heuristic's choice first.
+
+    Each candidate holds `size` elements (16 per thread: 4096 at 8 warps): as wide as the rows
+    allow up to 1024 columns (M == 1, a flattened tensor, takes the whole size in one row), the
+    rest in rows."""
+    out = []
+    for size in sizes:
+        bn = min(size, max(16, next_pow2(N))) if M == 1 else min(1024, size, max(16, next_pow2(N)))
+        bm = max(1, min(size // bn, next_pow2(M)))
+        out.append(TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=16)))
+    return _unique(out)
 
 
 def _unique(items: list[T]) -> list[T]:
@@ -194,19 +229,25 @@ def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], objec
     if len(candidates) == 1 or not autotune_enabled(device):
         return candidates[0]
     flush = torch.empty(2 * l2_bytes(device) // 4, dtype=torch.int32, device=device)
-    best, best_ms, errors = None, float("inf"), []
+    best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
         try:
             ms = _time_ms(lambda: launch(cand), flush)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
             errors.append(f"{cand}: {type(exc).__name__}: {exc}")
             continue
+        timings.append((cand, ms))
         if ms < best_ms:
             best, best_ms = cand, ms
     del flush
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     _TUNED[key] = best
+    log_path = os.environ.get("FUSEBENCH_AUTOTUNE_LOG")
+    if log_path:  # a file to append each decision to, with every candidate's time
+        with open(log_path, "a") as f:
+            f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
+                f"    failed: {e}\n" for e in errors))
     return best
 
 
