@@ -141,6 +141,10 @@ SLOW = textwrap.dedent('''
     @fusebench.case(inputs=slow_inputs, shapes=[(8, n) for n in range(1, 13)])
     def slow(a):
         return a + 1
+
+    @fusebench.case(inputs=slow_inputs, shapes=[(4, n) for n in range(1, 7)])
+    def slow_too(a):
+        return a * 3
 ''')
 
 
@@ -175,3 +179,19 @@ def cells_or_empty(db):
         return cells(db)
     except sqlite3.OperationalError:
         return []
+
+
+def test_two_workers_produce_the_same_cells(tmp_path):
+    """The multi-GPU path (one worker per GPU, a shared queue) measures the same set of cells.
+    On the CPU the two workers both run on the CPU: the scheduling is what is tested."""
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)
+    sets = []
+    for gpus in (None, "0,1"):
+        db = str(tmp_path / f"run_{gpus}.db")
+        args = ["run", "slow", "slow_too", "--plugin", str(plugin), "--impl", "eager", "--db", db, "--metrics",
+                "none", "--device", "cpu"] + (["--gpus", gpus] if gpus else [])
+        r = run_cli(*args, timeout=600)
+        assert r.returncode == 0, r.stderr
+        sets.append(sorted((c, i, s, st) for c, i, s, st, _ in cells(db)))
+    assert sets[0] == sets[1] and len(sets[0]) == 18 and all(st == "ok" for *_, st in sets[0])
