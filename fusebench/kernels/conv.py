@@ -1,0 +1,377 @@
+"""Convolution with a fused epilogue: conv_add, conv_relu, conv_bn.
+
+Three ways to run `epilogue(conv2d(x, w))`, all computing the epilogue in fp32 before one store:
+
+- "igemm": an implicit-GEMM Triton convolution.  The GEMM is (output pixels) x (C_out) x
+  (R*S*C_in); the A tile is gathered from x on the fly (no im2col buffer), zero padding comes from
+  the load mask, and bias / residual / relu are applied to the fp32 accumulator.  The output is
+  written once.  Best with channels_last tensors (C_in contiguous: vector loads along K).
+- "gemm": a 1x1, stride-1 convolution on channels_last tensors *is* a GEMM,
+  (N*H*W, C_in) @ (C_in, C_out), so it runs on matmul.py's GEMM with the same epilogue.
+- "cudnn": cuDNN's convolution (torch conv2d, no bias) followed by one in-place Triton epilogue
+  kernel.  Two kernels and one extra read+write of the output, but cuDNN's conv.
+
+conv_bn folds eval-mode batch norm into the convolution (exact algebra):
+    bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),  s = gamma / sqrt(var + eps)
+One small Triton kernel writes the folded weight and the shift; the shift is then the conv's bias.
+
+Which path runs is decided per shape by `candidate_paths` (see its docstring for the measured
+reasons): a fixed path, or the faster of two timed at the first call for that shape (like autotuning,
+across kernels); describe() stores the path, why, and the measured times with each result.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from fusebench.kernels.gemm_utils import (
+    autotune, check_device, dot_precision, fastest, fastest_record, grouped_tile, interpreting, is_hopper_or_newer,
+    next_pow2, precision_note,
+)
+from fusebench.kernels.matmul import gemm
+from fusebench.kernels.registry import triton_kernel
+
+BN_EPS = 1e-5  # fusebench/cases/conv.py's eps
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 1: in-place epilogue after cuDNN's conv: y = relu?(y + bias[c] + res).
+
+
+@triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
+def _epilogue_kernel(y_ptr, bias_ptr, res_ptr, numel, C, stride_c,  #
+                     HAS_BIAS, HAS_RES, RELU,  #
+                     BLOCK: tl.constexpr):
+    # y and res are dense with the same strides (NCHW or channels_last): walk their storage flat.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS != 0:
+        # storage offset -> channel: NCHW has stride_c = H*W, channels_last has stride_c = 1
+        ch = (offs // stride_c) % C
+        acc += tl.load(bias_ptr + ch, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES != 0:
+        acc += tl.load(res_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if RELU != 0:
+        acc = tl.maximum(acc, 0.0)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _dense_format(t: torch.Tensor):
+    if t.is_contiguous():
+        return torch.contiguous_format
+    if t.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return None
+
+
+def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False) -> torch.Tensor:
+    """In place on y (N, C, H, W), dense in either layout."""
+    fmt = _dense_format(y)
+    if fmt is None:
+        y_dense = y.contiguous()
+        return y.copy_(epilogue_(y_dense, bias, residual, relu))
+    if residual is not None and residual.stride() != y.stride():
+        residual = residual.contiguous(memory_format=fmt)
+    numel = y.numel()
+    if numel == 0:
+        return y
+    BLOCK = 1024 if interpreting() else 2048
+    _epilogue_kernel[(triton.cdiv(numel, BLOCK),)](
+        y, bias if bias is not None else y, residual if residual is not None else y, numel, y.shape[1], y.stride(1),
+        int(bias is not None), int(residual is not None), int(relu), BLOCK=BLOCK, num_warps=4)
+    return y
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 2: fold eval-mode batch norm into the weights.
+
+
+@triton.jit
+def _fold_bn_kernel(w_ptr, w_out_ptr, shift_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr,  #
+                    per_channel, eps, BLOCK: tl.constexpr):
+    # One program per output channel o.  In both OIHW and OHWI (channels_last) storage the output
+    # channel is the outermost dimension, so channel o owns storage [o*per_channel, (o+1)*per_channel).
+    o = tl.program_id(0)
+    var = tl.load(var_ptr + o).to(tl.float32)
+    scale = tl.load(gamma_ptr + o).to(tl.float32) / tl.sqrt(var + eps)
+    shift = tl.load(beta_ptr + o).to(tl.float32) - tl.load(mean_ptr + o).to(tl.float32) * scale
+    tl.store(shift_ptr + o, shift.to(shift_ptr.dtype.element_ty))
+    base = o.to(tl.int64) * per_channel
+    for start in range(0, per_channel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < per_channel
+        w = tl.load(w_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(w_out_ptr + base + offs, (w * scale).to(w_out_ptr.dtype.element_ty), mask=mask)
+
+
+def fold_bn(w, mean, var, gamma, beta, eps=BN_EPS):
+    """(w * s, beta - mean * s) with s = gamma / sqrt(var + eps), computed in fp32, stored in w's dtype.
+
+    The shift is rounded to w's dtype like the conv_relu bias, so that conv_bn reuses the same
+    compiled conv kernels; its rounding error (2**-11 relative in fp16) is far inside the tolerance.
+    """
+    if _dense_format(w) is None:
+        w = w.contiguous()
+    cout = w.shape[0]
+    w_out = torch.empty_like(w)  # keeps w's memory format
+    shift = torch.empty(cout, device=w.device, dtype=w.dtype)
+    per_channel = w.numel() // cout
+    _fold_bn_kernel[(cout,)](w, w_out, shift, mean, var, gamma, beta, per_channel, eps,
+                             BLOCK=min(1024, next_pow2(per_channel)), num_warps=4)
+    return w_out, shift
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel 3: implicit-GEMM convolution with fused epilogue.
+
+
+def _igemm_configs():
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8}, num_stages=1, num_warps=4)]
+    if is_hopper_or_newer():
+        space = [(128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 64, 4, 8)]
+    else:
+        space = [(128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
+            for bm, bn, bk, s, w in space]
+
+
+def _prune_igemm(configs, named_args, **kwargs):
+    cout, cin = named_args["K_OUT"], named_args["C"]
+    keep = [c for c in configs if c.kwargs["BLOCK_N"] <= max(64, next_pow2(cout))
+            and c.kwargs["BLOCK_K"] <= max(16, next_pow2(cin))]
+    return keep or configs[-1:]
+
+
+@autotune(configs=_igemm_configs(), key=["N", "C", "H", "W", "K_OUT", "R", "S", "stride"],
+                 prune_configs_by={"early_config_prune": _prune_igemm})
+@triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
+def _conv_igemm_kernel(x_ptr, w_ptr, y_ptr, bias_ptr, res_ptr,  #
+                       N, C, H, W, K_OUT, P, Q, R, S, stride, pad,  #
+                       sxn, sxc, sxh, sxw,  # x (N, C, H, W) strides
+                       swk, swc, swr, sws,  # w (K_OUT, C, R, S) strides
+                       syn, syk, syp, syq,  # y (N, K_OUT, P, Q) strides
+                       srn, srk, srp, srq,  # residual strides (same shape as y)
+                       HAS_BIAS, HAS_RES, RELU,  #
+                       PRECISION: tl.constexpr,  #
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # GEMM view: rows m = output pixels (n, p, q), columns = output channels, reduction = (r, s, c).
+    M = N * P * Q
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_OUT, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # output pixel m -> (n, p, q); its receptive field starts at input (p*stride - pad, q*stride - pad)
+    n_idx = offs_m // (P * Q)
+    pq = offs_m % (P * Q)
+    ih0 = (pq // Q) * stride - pad
+    iw0 = (pq % Q) * stride - pad
+    m_ok = offs_m < M
+    x_base = x_ptr + n_idx * sxn
+    w_base = w_ptr + offs_n[None, :] * swk
+    n_ok = offs_n[None, :] < K_OUT
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # One flat loop over (r, s, c-block) so that the compiler can software-pipeline the loads.
+    c_tiles = tl.cdiv(C, BLOCK_K)
+    for t in range(0, R * S * c_tiles):
+        rs = t // c_tiles
+        c0 = (t % c_tiles) * BLOCK_K
+        r = rs // S
+        s = rs % S
+        ih = ih0 + r
+        iw = iw0 + s
+        cs = c0 + offs_k
+        # A[m, c] = x[n, c, ih, iw], zero outside the image (the padding) and past C
+        row_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a_ptrs = x_base[:, None] + ih[:, None] * sxh + iw[:, None] * sxw + cs[None, :] * sxc
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & (cs[None, :] < C), other=0.0)
+        # B[c, k] = w[k, c, r, s]
+        b_ptrs = w_base + cs[:, None] * swc + r * swr + s * sws
+        b = tl.load(b_ptrs, mask=(cs[:, None] < C) & n_ok, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+
+    # epilogue on the fp32 accumulator, then the single store
+    p_idx = pq // Q
+    q_idx = pq % Q
+    out_mask = m_ok[:, None] & n_ok
+    if HAS_BIAS != 0:
+        acc += tl.load(bias_ptr + offs_n, mask=offs_n < K_OUT, other=0.0).to(tl.float32)[None, :]
+    if HAS_RES != 0:
+        r_ptrs = res_ptr + (n_idx * srn + p_idx * srp + q_idx * srq)[:, None] + offs_n[None, :] * srk
+        acc += tl.load(r_ptrs, mask=out_mask, other=0.0).to(tl.float32)
+    if RELU != 0:
+        acc = tl.maximum(acc, 0.0)
+    y_ptrs = y_ptr + (n_idx * syn + p_idx * syp + q_idx * syq)[:, None] + offs_n[None, :] * syk
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# Host side.
+
+
+def _out_hw(x, w, stride):
+    pad = w.shape[-1] // 2
+    ho = (x.shape[2] + 2 * pad - w.shape[2]) // stride + 1
+    wo = (x.shape[3] + 2 * pad - w.shape[3]) // stride + 1
+    return ho, wo, pad
+
+
+def _is_cl(t: torch.Tensor) -> bool:
+    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+# Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn") where it applies.
+CONV_PATH = os.environ.get("FUSEBENCH_CONV_PATH", "auto")
+
+
+def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tuple[list[str], str]:
+    """The paths worth trying for a shape (the first is the default), and why.
+
+    Measured on an H200 (bench/compute.py, ResNet-50 layers at batch 32, fp16):
+    - NCHW: cuDNN + epilogue.  The implicit GEMM gathers A with C_in strided by H*W (no vector
+      loads, register spills): 0.9x of cuDNN+epilogue at 56x56, 0.3x at 7x7.
+    - channels_last: cuDNN + epilogue won 5 of 6 cells against the implicit GEMM / 1x1 GEMM (a
+      3x3 conv at 7x7 has too few output tiles for a GEMM without split-K), but not by much
+      everywhere, so both are timed at the first call per shape and the faster is kept.
+    - fp32: cuDNN (PyTorch runs fp32 convs as tf32 on cuDNN; ours would be tf32 too, and slower).
+    """
+    forced = CONV_PATH
+    if forced in ("igemm", "cudnn"):
+        return [forced], "forced by FUSEBENCH_CONV_PATH"
+    if forced == "gemm" and channels_last and r == 1 and stride == 1:
+        return ["gemm"], "forced by FUSEBENCH_CONV_PATH"
+    if dtype == torch.float32:
+        return ["cudnn"], "fp32: cuDNN's tf32 conv + Triton epilogue"
+    if not channels_last:
+        return ["cudnn"], "NCHW: cuDNN conv + in-place Triton epilogue (strided C_in gathers make implicit GEMM slow)"
+    if r == 1 and stride == 1:
+        return ["cudnn", "gemm"], "channels_last 1x1: faster of cuDNN conv + Triton epilogue and one fused GEMM"
+    return ["cudnn", "igemm"], "channels_last: faster of cuDNN conv + Triton epilogue and implicit-GEMM conv"
+
+
+def choose_path(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tuple[str, str]:
+    """(path, why) with the default candidate; conv_fused times the candidates when there are several."""
+    paths, why = candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype)
+    return paths[0], why
+
+
+def _choice_key(shape8, dtype, has_bias, has_res, relu):
+    return ("conv", *shape8, dtype, bool(has_bias), bool(has_res), bool(relu))
+
+
+def _conv_igemm(x, w, stride, bias, residual, relu):
+    n, cin, h, wd = x.shape
+    cout, _, r, s = w.shape
+    ho, wo, pad = _out_hw(x, w, stride)
+    fmt = torch.channels_last if _is_cl(x) else torch.contiguous_format
+    y = torch.empty((n, cout, ho, wo), device=x.device, dtype=x.dtype, memory_format=fmt)
+    if y.numel() == 0:
+        return y
+    # without a residual, pass y's strides: the same integer specialization, so the same binary
+    rs = residual.stride() if residual is not None else y.stride()
+
+    def grid(meta):
+        return (triton.cdiv(n * ho * wo, meta["BLOCK_M"]) * triton.cdiv(cout, meta["BLOCK_N"]),)
+
+    _conv_igemm_kernel[grid](
+        x, w, y, bias if bias is not None else y, residual if residual is not None else y,
+        n, cin, h, wd, cout, ho, wo, r, s, stride, pad,
+        *x.stride(), *w.stride(), *y.stride(), *rs,
+        int(bias is not None), int(residual is not None), int(relu), PRECISION=dot_precision(x.dtype))
+    return y
+
+
+def _conv_gemm1x1(x, w, bias, residual, relu):
+    # x (N, C, H, W) channels_last is the row-major matrix (N*H*W, C); w (K, C, 1, 1) is (K, C).
+    n, cin, h, wd = x.shape
+    cout = w.shape[0]
+    y = torch.empty((n, cout, h, wd), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    a = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)
+    b = w.reshape(cout, cin).t()  # (C, K) view of the (K, C) weight
+    y2 = y.permute(0, 2, 3, 1).view(n * h * wd, cout)
+    res2 = None
+    if residual is not None:
+        res2 = residual.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).reshape(n * h * wd, cout)
+    gemm(a, b, bias=bias, residual=res2, relu=relu, out=y2)
+    return y
+
+
+def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: str | None = None):
+    """epilogue(conv2d(x, w, stride, padding=R//2)): + bias[c], + residual, relu."""
+    if path is None:
+        n, cin, h, wd = x.shape
+        shape8 = (n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)))
+        paths, _ = candidate_paths(*shape8, x.dtype)
+        if len(paths) == 1:
+            path = paths[0]
+        else:
+            path = fastest(_choice_key(shape8, x.dtype, bias is not None, residual is not None, relu),
+                           {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths})
+    if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
+        path = "igemm"
+    if path == "igemm" and x.numel() >= 2**31:
+        path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
+    if path == "gemm":
+        return _conv_gemm1x1(x, w, bias, residual, relu)
+    if path == "igemm":
+        return _conv_igemm(x, w, stride, bias, residual, relu)
+    y = F.conv2d(x, w, None, stride=stride, padding=w.shape[-1] // 2)
+    return epilogue_(y, bias, residual, relu)
+
+
+# ------------------------------------------------------------------------------------------------
+# Registered wrappers: same signatures and outputs as the eager functions.
+
+
+def _supports(shape, dtype, device):
+    reason = check_device(dtype, device)
+    if reason:
+        return reason
+    if shape[5] % 2 == 0:
+        return "even filter sizes (asymmetric padding) not supported"
+    return None
+
+
+def _describe(shape, dtype, epilogue=(False, False, False)):
+    n, cin, h, w, cout, r, stride, cl = shape
+    paths, why = candidate_paths(n, cin, h, w, cout, r, stride, bool(cl), dtype)
+    rec = fastest_record(_choice_key(tuple(shape), dtype, *epilogue)) if len(paths) > 1 else None
+    if rec:
+        times = ", ".join(f"{p} {ms * 1e3:.1f}us" for p, ms in rec[1].items())
+        return f"{precision_note(dtype)}, {rec[0]}: {why} (measured: {times})"
+    if len(paths) > 1:
+        return f"{precision_note(dtype)}, {' or '.join(paths)}: {why} (timed at first call)"
+    return f"{precision_note(dtype)}, {paths[0]}: {why}"
+
+
+def _describe_add(shape, dtype):
+    return _describe(shape, dtype, (False, True, False))
+
+
+def _describe_relu(shape, dtype):
+    return _describe(shape, dtype, (True, False, True))
+
+
+def _describe_bn(shape, dtype):
+    return "BN folded into weights+bias (1 Triton kernel), then " + _describe(shape, dtype, (True, False, False))
+
+
+@triton_kernel("conv_add", supports=_supports, describe=_describe_add, interpretable=True)
+def conv_add(x, w, residual, stride: int):
+    return conv_fused(x, w, stride, residual=residual)
+
+
+@triton_kernel("conv_relu", supports=_supports, describe=_describe_relu, interpretable=True)
+def conv_relu(x, w, bias, stride: int):
+    return conv_fused(x, w, stride, bias=bias, relu=True)
+
+
+@triton_kernel("conv_bn", supports=_supports, describe=_describe_bn, interpretable=True)
+def conv_bn(x, w, mean, var, gamma, beta, stride: int):
+    w_folded, shift = fold_bn(w, mean, var, gamma, beta)
+    return conv_fused(x, w_folded, stride, bias=shift)
