@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The full shape grids of the memory-bound cases with eager, Inductor and fusebench's Triton
+# kernels, then the HTML report.  On an H100/H200 this is a long job (about 1,100 cells per
+# implementation); it can be stopped at any time and finished with `fusebench run --resume ID`.
+#
+#   bash bench/grids.sh [DB] [REPORT]
+set -euo pipefail
+DB=${1:-grids.db}
+REPORT=${2:-grids.html}
+CASES="pointwise_chain softmax double_softmax softmax_backward layernorm norm_chain
+       horizontal_reduction_pointwise horizontal_reduction_reduction bias_gelu bias_dropout_add
+       bias_dropout_add_transposed"
+fusebench ceilings --db "$DB"
+fusebench run $CASES --shapes grid --impl eager,inductor,triton --metrics roofline --db "$DB"
+fusebench report --db "$DB" -o "$REPORT" --pair inductor/eager --pair triton/inductor --pair triton/eager
