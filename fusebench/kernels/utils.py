@@ -1,8 +1,9 @@
-"""Host-side helpers shared by fusebench's Triton kernels.
+"""Helpers shared by fusebench's Triton kernels.
 
-Nothing here launches a kernel of its own: these are sizes, device facts, launch plans for
-row-wise kernels, and a small per-shape autotuner.  The module holds no `@triton.jit` functions,
-so that it imports the same way with and without `TRITON_INTERPRET=1`.
+Host side: sizes, device facts, launch plans for row-wise and element-wise kernels, vector
+alignment, scratch counters and a small per-shape autotuner.  Device side (`@triton.jit`
+helpers): a barrier among the programs that share one row, for cooperative kernels, and the sum
+of partial results that other programs wrote.
 
 Heuristics (documented here once, used by every memory-bound kernel):
 
@@ -11,11 +12,19 @@ Heuristics (documented here once, used by every memory-bound kernel):
   `num_warps_for` turns a tile size into a warp count with that target.
 * Rows on chip.  A row of up to `MAX_ONCHIP` elements is held by one program in registers
   (16384 fp32 values is 32 per thread at 16 warps), so a row reduction reads its input once.
-* Longer rows.  One program per row looping over the row (`loop`: a second pass re-reads the
-  row, from L2 while it is still there), or several programs per row with partial results
-  combined afterwards (`split`: uses every SM when there are few rows).  The heuristic picks
-  `split` when there are fewer rows than twice the SM count; on a GPU the autotuner also times
-  the other.
+* Longer rows (see RowPlan): `loop`, one program per row making two passes over it (the second
+  mostly from L2); `split`, several programs per row and a second launch that combines their
+  partial results and re-reads the row; `coop`, several programs per row that keep their chunks
+  in registers and meet at a per-row barrier, so the row is read once (a cooperative launch,
+  which guarantees that all programs are resident, so the barrier cannot deadlock; GPU only:
+  the interpreter runs programs one after another).  The heuristic's first choice is `split`
+  for fewer rows than twice the SM count, else `loop`; on a GPU the autotuner times them all.
+  Measured on an H200 (bench/membound.py): `loop` wins for most cases with many long rows,
+  `split` for few rows and for double_softmax, `coop` for softmax_backward (two inputs).
+* Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
+  row starts aligned and the mask uniform over each vector, which it knows only for sizes and
+  strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
+  length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
 * The first call for a shape on a GPU times each candidate plan (`autotune`) and keeps the
   fastest for that key; the CPU, the interpreter and CUDA-graph capture use the heuristic's
   first candidate.
@@ -29,6 +38,8 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence, TypeVar
 
 import torch
+import triton
+import triton.language as tl
 
 T = TypeVar("T")
 
@@ -101,11 +112,13 @@ class RowPlan:
     """How a row-wise kernel covers an (M, N) tensor.
 
     mode "tile":  each program holds `block_m` whole rows (`block_n` >= N columns) on chip.
-    mode "loop":  a program walks a row in steps of `block_n` columns, then the next row:
-                  `grid` programs (0: one per row), which caps the rows in flight and so the
-                  bytes that a second pass over each row needs to find in L2.
+    mode "loop":  a program walks a row in steps of `block_n` columns, then the next row
+                  (`grid` programs; 0: one per row).
     mode "split": `splits` programs per row, each holding a chunk of `block_n` columns on chip;
-                  their partial results are combined by a second step.
+                  a second launch combines their partial results and re-reads the chunks.
+    mode "coop":  `grid` programs (a multiple of `splits`) take `grid / splits` rows at a time,
+                  `splits` programs per row, each holding a chunk of `block_n` columns in
+                  registers across a per-row barrier: one launch, one read.
     """
 
     mode: str
@@ -121,6 +134,9 @@ class RowPlan:
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs})"
+        if self.mode == "coop":
+            return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
+                    f"{self.grid} programs)")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
@@ -148,23 +164,34 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
-def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4) -> list[RowPlan]:
-    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
+def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2) -> RowPlan:
+    """Cooperative rows: `per_sm` programs per SM (the launch fails, and the autotuner skips the
+    plan, if they do not fit), grouped `splits` to a row, at most M rows at a time."""
+    chunk = next_pow2(chunk)
+    splits = cdiv(N, chunk)
+    rows_at_once = max(1, min(M, num_sms(device) * per_sm // splits))
+    return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits)
 
-    Long rows, many of them: one program per row, and a capped grid whose rows in flight fit
-    in half the L2 (so that the second pass over a row finds it there), at least half the SMs."""
+
+def coop_enabled(device) -> bool:
+    """Cooperative plans need a GPU (the interpreter runs programs one after another, so a
+    barrier would wait forever); FUSEBENCH_COOP=0 turns them off."""
+    return torch.device(device).type == "cuda" and not is_interpreter() and os.environ.get("FUSEBENCH_COOP", "1") != "0"
+
+
+def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4) -> list[RowPlan]:
+    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base, tile_plan(M, N, device, base.block_m, min(32, 2 * base.num_warps))]
-        if base.block_m > 1 or base.block_n <= 2048:
+        if M >= 2 * base.block_m * 2 * num_sms(device):
             cands.append(tile_plan(M, N, device, 2 * base.block_m, min(32, 2 * base.num_warps)))
         return _unique(cands)
-    sms = num_sms(device)
-    in_l2 = max(sms // 2, min(2 * sms, l2_bytes(device) // (2 * N * elem_size)))
-    loops = [loop_plan(4096), loop_plan(8192, 16), loop_plan(8192, 16, grid=min(M, in_l2))]
+    loops = [loop_plan(8192, 16), loop_plan(4096, 8)]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
-    few_rows = M < 2 * sms
-    return _unique(splits + loops[:2] if few_rows else loops + splits)
+    coops = [coop_plan(M, N, device, 8192, 16, 2), coop_plan(M, N, device, 4096, 8, 4)] if coop_enabled(device) else []
+    few_rows = M < 2 * num_sms(device)
+    return _unique((splits + loops if few_rows else loops + splits) + coops)
 
 
 @dataclass(frozen=True)
@@ -179,17 +206,17 @@ class TilePlan:
         return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps"
 
 
-def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (4096, 2048, 8192)) -> list[TilePlan]:
+def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024)) -> list[TilePlan]:
     """Candidate tiles for an element-wise kernel, the heuristic's choice first.
 
-    Each candidate holds `size` elements (16 per thread: 4096 at 8 warps): as wide as the rows
-    allow up to 1024 columns (M == 1, a flattened tensor, takes the whole size in one row), the
-    rest in rows."""
+    Each candidate holds `size` elements (16 per thread: 8192 at 16 warps, the best measured on
+    an H200; 1024 gets 4 warps): as wide as the rows allow up to 1024 columns (M == 1, a
+    flattened tensor, takes the whole size in one row), the rest in rows."""
     out = []
     for size in sizes:
         bn = min(size, max(16, next_pow2(N))) if M == 1 else min(1024, size, max(16, next_pow2(N)))
         bm = max(1, min(size // bn, next_pow2(M)))
-        out.append(TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=16)))
+        out.append(TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32)))
     return _unique(out)
 
 
@@ -251,9 +278,16 @@ def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], objec
     return best
 
 
-def _time_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int = 5) -> float:
+def _time_ms(fn: Callable[[], object], flush: torch.Tensor, budget_ms: float = 5.0) -> float:
+    """Median time of fn: as many runs as fit in about budget_ms of kernel time, 5 to 100
+    (short kernels are noisy)."""
     fn()  # compiles on first use
     torch.cuda.synchronize()
+    estimate = _runs_ms(fn, flush, 1)[0]
+    return statistics.median(_runs_ms(fn, flush, max(5, min(100, int(budget_ms / max(estimate, 1e-3))))))
+
+
+def _runs_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
@@ -262,7 +296,7 @@ def _time_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int = 5) -> fl
         fn()
         e.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 def tuned() -> dict[Hashable, object]:
@@ -286,6 +320,73 @@ def as_2d_strided(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def vector_align(elem_size: int, *sizes: int) -> int:
+    """The largest power of two, at most one 16-byte vector of elements, dividing every size.
+
+    Pass a row's length and its row strides (in elements): kernels rewrite them as multiples of
+    the result, so that the compiler can use 16-byte loads where the rows allow it."""
+    a = max(1, 16 // elem_size)
+    while a > 1 and any(n % a for n in sizes):
+        a //= 2
+    return a
+
+
+_COUNTERS: dict[str, torch.Tensor] = {}
+
+
+def zeroed_counters(device, n: int) -> torch.Tensor:
+    """At least n int32 counters on `device`, zero, shared by every kernel that uses them and
+    leaves them zero when it finishes (no memset between calls).  Two such kernels running at
+    once on different streams of one device would share them; fusebench runs one at a time."""
+    key = str(torch.device(device))
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
+
+
 def key_of(*tensors: torch.Tensor) -> tuple:
     """Autotuning key part that names shapes, dtypes, strides and device of `tensors`."""
     return tuple((tuple(t.shape), t.dtype, t.stride(), str(t.device)) for t in tensors)
+
+
+# ----------------------------------------------------------------------------------------------
+# device side: a barrier among the programs of one row (cooperative launches only)
+
+
+@triton.jit
+def row_barrier_wait(cnt_ptr, count):
+    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs.
+
+    Stores made by any thread of this program before the call are visible to the others after
+    theirs: a CTA barrier, then a release increment by one thread; waiters spin on acquire reads.
+    Every program must be resident (launch_cooperative_grid=True).  The spin gives up after
+    2**22 reads, so that a bug shows as a wrong result rather than a hung GPU."""
+    tl.debug_barrier()
+    tl.atomic_add(cnt_ptr, 1, sem="release")
+    seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+    spins = tl.full([], 0, tl.int32)
+    while (seen < count) & (spins < 4194304):
+        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+        spins += 1
+    tl.debug_barrier()
+
+
+@triton.jit
+def row_barrier_leave(cnt_ptr, count):
+    """After row_barrier_wait: the last of the `count` programs to leave resets the arrival
+    counter cnt_ptr[0] and the departure counter cnt_ptr[1] for the next launch (every program
+    has passed its wait by then)."""
+    left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel")
+    if left == count - 1:
+        tl.atomic_xchg(cnt_ptr, 0)
+        tl.atomic_xchg(cnt_ptr + 1, 0)
+
+
+@triton.jit
+def sum_of_partials(parts_ptr, count, BLOCK: tl.constexpr):
+    """The sum of `count` fp32 partial results at parts_ptr (BLOCK >= count, a power of two),
+    read through L2 (.cg), where other programs wrote them."""
+    i = tl.arange(0, BLOCK)
+    return tl.sum(tl.load(parts_ptr + i, mask=i < count, other=0.0, cache_modifier=".cg"), 0)

@@ -1,0 +1,187 @@
+"""Horizontal fusion: two consumers of one input served by a single read.
+
+    horizontal_reduction_pointwise(a) = (sum(a, 1), cos(a))
+    horizontal_reduction_reduction(a) = (sum(a, 1), amax(a, 1))
+
+Neither needs a second look at a row, so every plan reads `a` exactly once, in one launch:
+
+* tile:  whole rows in registers, several rows per program when rows are short.
+* loop:  one program per long row, accumulating per-lane sums / maxima chunk by chunk.
+* split: few long rows: `splits` programs per row each reduce a chunk and write their partial
+         result; the last of a row's programs to finish (an atomic counter per row) combines
+         the partials.  The counters (utils.zeroed_counters) are reset to zero by that last
+         program, so no memset is needed between calls.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import utils
+from fusebench.kernels.registry import triton_kernel
+
+# ----------------------------------------------------------------------------------------------
+# kernels: WITH_COS selects the pointwise consumer, WITH_MAX the second reduction
+
+
+@triton.jit
+def _horizontal_tile_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, stride_an,
+                            WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN  # ALIGN divides N and the row stride: 16-byte vectors
+    stride_am = stride_am // ALIGN * ALIGN
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    rmask = r < M - row0
+    mask = rmask[:, None] & (c < N)[None, :]
+    a = tl.load(a_ptr + row0 * stride_am + r[:, None] * stride_am + c[None, :] * stride_an,
+                mask=mask, other=0.0).to(tl.float32)
+    if WITH_COS:
+        tl.store(cos_ptr + row0 * N + r[:, None] * N + c[None, :], tl.cos(a).to(cos_ptr.dtype.element_ty),
+                 mask=mask)
+    tl.store(sum_ptr + row0 + r, tl.sum(a, 1).to(sum_ptr.dtype.element_ty), mask=rmask)
+    if WITH_MAX:
+        amax = tl.max(tl.where(mask, a, float("-inf")), 1)
+        tl.store(max_ptr + row0 + r, amax.to(max_ptr.dtype.element_ty), mask=rmask)
+
+
+@triton.jit
+def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, stride_an,
+                            WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
+                            BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_am = stride_am // ALIGN * ALIGN
+    # Rows pid, pid + P, ... (P = the grid size), one pass each: per-lane sums (and maxima)
+    # over the row's chunks.
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        a_row = a_ptr + row * stride_am
+        cos_row = cos_ptr + row * N
+        c = tl.arange(0, BLOCK_N)
+        acc_sum = tl.zeros([BLOCK_N], tl.float32)
+        acc_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            a = tl.load(a_row + cols * stride_an, mask=cols < N, other=0.0).to(tl.float32)
+            if WITH_COS:
+                tl.store(cos_row + cols, tl.cos(a).to(cos_ptr.dtype.element_ty), mask=cols < N)
+            acc_sum += a
+            if WITH_MAX:
+                acc_max = tl.maximum(acc_max, tl.where(cols < N, a, float("-inf")))
+        tl.store(sum_ptr + row, tl.sum(acc_sum, 0).to(sum_ptr.dtype.element_ty))
+        if WITH_MAX:
+            tl.store(max_ptr + row, tl.max(acc_max, 0).to(max_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, ws_ptr, count_ptr, N, stride_am, stride_an,
+                             SPLITS, WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_am = stride_am // ALIGN * ALIGN
+    # Program pid reduces chunk (pid % SPLITS) of row (pid // SPLITS).
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    a = tl.load(a_ptr + row * stride_am + cols * stride_an, mask=cols < N, other=0.0).to(tl.float32)
+    if WITH_COS:
+        tl.store(cos_ptr + row * N + cols, tl.cos(a).to(cos_ptr.dtype.element_ty), mask=cols < N)
+    # Partials: ws[pid, 0] = chunk sum, ws[pid, 1] = chunk max.
+    tl.store(ws_ptr + pid * 2, tl.sum(a, 0))
+    if WITH_MAX:
+        tl.store(ws_ptr + pid * 2 + 1, tl.max(tl.where(cols < N, a, float("-inf")), 0))
+    # Every thread's partial store happens before the counter increment (barrier), and the
+    # increment releases them to the GPU (acq_rel); the program that brings the count to
+    # SPLITS sees all of the row's partials.
+    tl.debug_barrier()
+    done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
+    if done == SPLITS - 1:
+        sp = tl.arange(0, BLOCK_S)
+        part = ws_ptr + row * SPLITS * 2 + sp * 2
+        # .cg: read from L2, where the other programs' partials are, not from this SM's L1.
+        tl.store(sum_ptr + row, tl.sum(tl.load(part, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0)
+                 .to(sum_ptr.dtype.element_ty))
+        if WITH_MAX:
+            m = tl.max(tl.load(part + 1, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg"), 0)
+            tl.store(max_ptr + row, m.to(max_ptr.dtype.element_ty))
+        # Reset for the next call.
+        tl.atomic_xchg(count_ptr + row, 0)
+
+
+def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
+    M, N = a.shape
+    sam, san = a.stride()
+    with_cos, with_max = out_cos is not None, out_max is not None
+    # Unused outputs get a harmless pointer: the constexpr flags remove every access to them.
+    out_max = out_sum if out_max is None else out_max
+    out_cos = out_sum if out_cos is None else out_cos
+    align = utils.vector_align(a.element_size(), N, sam) if san == 1 else 1
+    flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _horizontal_tile_kernel[grid](a, out_sum, out_max, out_cos, M, N, sam, san,
+                                      BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)
+    elif plan.mode == "loop":
+        _horizontal_loop_kernel[(plan.grid or M,)](a, out_sum, out_max, out_cos, M, N, sam, san,
+                                                   BLOCK_N=plan.block_n, **flags)
+    else:  # split (the long-row plans of utils.row_plans other than loop)
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
+        _horizontal_split_kernel[(M * plan.splits,)](
+            a, out_sum, out_max, out_cos, ws, utils.zeroed_counters(a.device, M), N, sam, san, plan.splits,
+            BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), **flags)
+
+
+def horizontal_plans(M, N, device, **kw):
+    """utils.row_plans without the cooperative ones: these cases read each row once anyway."""
+    return [p for p in utils.row_plans(M, N, device, **kw) if p.mode != "coop"]
+
+
+def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
+    a = utils.as_2d_strided(a)
+    M, N = a.shape
+    out_sum = torch.empty((M,), dtype=a.dtype, device=a.device)
+    out_max = torch.empty((M,), dtype=a.dtype, device=a.device) if with_max else None
+    out_cos = torch.empty((M, N), dtype=a.dtype, device=a.device) if with_cos else None
+    if N == 0:
+        # sum over nothing is 0 (amax over nothing raises in PyTorch, as eager does)
+        if with_max:
+            raise RuntimeError("amax(): expected a non-empty reduction dimension")
+        return out_sum.zero_(), out_cos
+    if M > 0:
+        def launch(p):
+            _launch(a, out_sum, out_max, out_cos, p)
+
+        if plan is None:
+            plans = horizontal_plans(M, N, a.device, max_onchip=max_onchip, elem_size=a.element_size())
+            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device)
+        launch(plan)
+    return out_sum, (out_cos if with_cos else out_max)
+
+
+def horizontal_reduction_pointwise_impl(a: torch.Tensor, plan: utils.RowPlan | None = None,
+                                        max_onchip: int = utils.MAX_ONCHIP):
+    return _horizontal("horizontal_reduction_pointwise", a, True, False, plan, max_onchip)
+
+
+def horizontal_reduction_reduction_impl(a: torch.Tensor, plan: utils.RowPlan | None = None,
+                                        max_onchip: int = utils.MAX_ONCHIP):
+    return _horizontal("horizontal_reduction_reduction", a, False, True, plan, max_onchip)
+
+
+def _describe(shape, dtype):
+    return utils.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+                           elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
+
+
+@triton_kernel("horizontal_reduction_pointwise", interpretable=True, describe=_describe)
+def horizontal_reduction_pointwise(a):
+    return horizontal_reduction_pointwise_impl(a)
+
+
+@triton_kernel("horizontal_reduction_reduction", interpretable=True, describe=_describe)
+def horizontal_reduction_reduction(a):
+    return horizontal_reduction_reduction_impl(a)

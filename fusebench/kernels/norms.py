@@ -1,0 +1,390 @@
+"""LayerNorm over the last dimension, and the norm chain (three times: x = x * sum(x, 1)), fused.
+
+Launch plans as in softmax.py (utils.RowPlan): `tile` keeps whole rows in registers (one read,
+one write); `loop` (many long rows) makes a statistics pass and a second, backwards pass over
+each row; `split` (few long rows) spreads a row over several programs, with a stats kernel and
+an apply kernel (the input is read twice, the second time mostly from L2); `coop` spreads a row
+over several programs that keep their chunks in registers across a per-row barrier (one read).
+
+LayerNorm statistics are taken of d = x - K, K the row's first element, so that a large mean
+neither costs the sums their low bits nor cancels the variance away.  On chip: the two-pass
+mean and variance of d in registers.  Over a long row: sums of d and d*d, var = mean(d^2) -
+mean(d)^2.
+
+Norm chain: on chip, the chain exactly as written (sum, scale, sum, scale, sum, scale).  Over a
+long row the chain needs only the first sum s: sum(x * s) = s * sum(x), so the second sum is
+s^2, the third s^4, and the result x * s * s^2 * s^4, the same function up to rounding (the
+reference is float64).  So the long-row plans read the input twice (once for coop), not four
+times.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import utils
+from fusebench.kernels.registry import triton_kernel
+from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+
+LAYERNORM_EPS = 1e-5
+
+# ----------------------------------------------------------------------------------------------
+# layernorm
+
+
+@triton.jit
+def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
+                           ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    # Two-pass statistics on the rows in registers, of x shifted by each row's first element
+    # (a large mean would otherwise cost the sum its low bits); padding is zeroed out.
+    k = tl.load(x_ptr + row0 * stride_xm + r * stride_xm, mask=r < M - row0, other=0.0).to(tl.float32)
+    d = tl.where(mask, x - k[:, None], 0.0)
+    mean_d = tl.sum(d, 1) / N
+    xc = tl.where(mask, d - mean_d[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    # One weight and bias vector per program, shared by its rows.
+    w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
+                           ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    # Rows pid, pid + P, ... (P = the grid size).
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        # Pass 1: per-lane sums of d = x - K and d^2, K = the row's first element.
+        k = tl.load(x_row).to(tl.float32)
+        s1 = tl.zeros([BLOCK_N], tl.float32)
+        s2 = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            d = tl.where(cols < N, x - k, 0.0)
+            s1 += d
+            s2 += d * d
+        mean_d = tl.sum(s1, 0) / N
+        mean = k + mean_d
+        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / N - mean_d * mean_d, 0.0) + eps)
+        # Pass 2, last chunk first: normalize, scale, shift.
+        for j in tl.range(0, n_chunks):
+            cols = (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _layernorm_partial(x, k, cols, N, part_ptr):
+    # A chunk's (sum d, sum d^2), d = x - k, to part_ptr[0:2].
+    d = tl.where(cols < N, x - k, 0.0)
+    tl.store(part_ptr, tl.sum(d, 0))
+    tl.store(part_ptr + 1, tl.sum(d * d, 0))
+
+
+@triton.jit
+def _layernorm_combine(row_parts, k, N, eps, SPLITS, BLOCK_S: tl.constexpr):
+    # A row's partials -> (mean, 1 / sqrt(var + eps)); read through L2.
+    sp = tl.arange(0, BLOCK_S)
+    mean_d = tl.sum(tl.load(row_parts + sp * 2, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0) / N
+    msq_d = tl.sum(tl.load(row_parts + sp * 2 + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0) / N
+    return k + mean_d, 1.0 / tl.sqrt(tl.maximum(msq_d - mean_d * mean_d, 0.0) + eps)
+
+
+@triton.jit
+def _layernorm_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
+                                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    # Chunk (pid % SPLITS) of row (pid // SPLITS), shifted by x[row, 0]; partials to ws[pid].
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
+    _layernorm_partial(x, k, cols, N, ws_ptr + pid * 2)
+
+
+@triton.jit
+def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, stride_ym, eps,
+                                  SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # Reverse program order: the chunks the stats kernel read last are re-read first.
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+    mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
+             mask=cols < N)
+
+
+@triton.jit
+def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                           eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # P / SPLITS rows at a time, chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS).
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if row < M:
+            k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+            _layernorm_partial(x, k, cols, N, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
+            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
+            mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
+            # weight and bias (from L2) only now: fewer registers live across the barrier
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
+                     mask=cols < N)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+
+
+def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
+    M, N = x.shape
+    sxm, sxn = x.stride()
+    align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
+    meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _layernorm_tile_kernel[grid](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, BLOCK_M=plan.block_m, **meta)
+    elif plan.mode == "loop":
+        _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
+    elif plan.mode == "split":
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        grid = (M * plan.splits,)
+        _layernorm_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
+        _layernorm_split_apply_kernel[grid](x, w, b, y, ws, N, sxm, sxn, N, LAYERNORM_EPS, plan.splits,
+                                            BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    else:
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
+                                             N, LAYERNORM_EPS, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                             launch_cooperative_grid=True, **meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# norm chain
+
+
+@triton.jit
+def _norm_chain_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    # The chain as written, on the rows in registers (padding stays 0 through every step).
+    x = x * tl.sum(x, 1)[:, None]
+    x = x * tl.sum(x, 1)[:, None]
+    x = x * tl.sum(x, 1)[:, None]
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             x.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _chain_scale(s):
+    # s * s^2 * s^4: the product of the chain's three sums given the first one, s.
+    s2 = s * s
+    return s * s2 * (s2 * s2)
+
+
+@triton.jit
+def _norm_chain_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        # Pass 1: the row sum.
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                           eviction_policy="evict_last").to(tl.float32)
+        scale = _chain_scale(tl.sum(acc, 0))
+        # Pass 2, last chunk first.
+        for j in tl.range(0, n_chunks):
+            cols = (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(y_row + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _norm_chain_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
+                                   ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    # ws[pid] = the sum of chunk (pid % SPLITS) of row (pid // SPLITS).
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
+    tl.store(ws_ptr + pid, tl.sum(x, 0))
+
+
+@triton.jit
+def _norm_chain_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, stride_ym, SPLITS,
+                                   ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _norm_chain_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if row < M:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(x, 0))
+            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
+            scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))
+            tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+
+
+def _launch_norm_chain(x, y, plan: utils.RowPlan):
+    M, N = x.shape
+    sxm, sxn = x.stride()
+    align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
+    meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _norm_chain_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
+    elif plan.mode == "loop":
+        _norm_chain_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, **meta)
+    elif plan.mode == "split":
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
+        grid = (M * plan.splits,)
+        _norm_chain_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
+        _norm_chain_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
+                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    else:
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
+        _norm_chain_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
+                                              plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                              launch_cooperative_grid=True, **meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# wrappers
+
+
+def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: utils.RowPlan | None = None,
+                   max_onchip: int = utils.MAX_ONCHIP):
+    """F.layer_norm(x, (N,), weight, bias, 1e-5); `plan` / `max_onchip` as in softmax_impl."""
+    x = utils.as_2d_strided(x)
+    N = x.shape[1]
+    if weight.shape != (N,) or bias.shape != (N,):
+        raise ValueError(f"weight and bias must have shape ({N},)")
+    # Kernels index weight and bias as dense vectors (a strided 1-D view is copied: N elements).
+    weight, bias = weight.contiguous(), bias.contiguous()
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y
+    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+
+    def launch(p):
+        _launch_layernorm(x, weight, bias, y, p)
+
+    if plan is None:
+        plan = utils.autotune(("layernorm", *utils.key_of(x, weight)), plans, launch, x.device)
+    launch(plan)
+    return y
+
+
+def norm_chain_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip: int = utils.MAX_ONCHIP):
+    x = utils.as_2d_strided(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y
+    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+
+    def launch(p):
+        _launch_norm_chain(x, y, p)
+
+    if plan is None:
+        plan = utils.autotune(("norm_chain", *utils.key_of(x)), plans, launch, x.device)
+    launch(plan)
+    return y
+
+
+def _describe(shape, dtype):
+    return utils.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+                           elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
+
+
+@triton_kernel("layernorm", interpretable=True, describe=_describe)
+def layernorm(x, weight, bias):
+    return layernorm_impl(x, weight, bias)
+
+
+@triton_kernel("norm_chain", interpretable=True, describe=_describe)
+def norm_chain(x):
+    return norm_chain_impl(x)

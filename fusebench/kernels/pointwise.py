@@ -1,0 +1,278 @@
+"""Element-wise cases, each one pass over its operands in one launch.
+
+    pointwise_chain(x)                            y = cos(x); x = x*y; y = max(x, y); x + y
+    bias_gelu(inp, bias)                          GELU (tanh form) of inp + bias[None, :]
+    bias_dropout_add(inp, bias, residual)         residual + (inp + bias)   (dropout in eval mode)
+    bias_dropout_add_transposed(inp, bias_t, residual_t)
+                                                  the same with bias and residual stored (N, M)
+
+Every kernel works on 2-D tiles with explicit strides, so any row (and column) stride is read in
+place.  When all operands are contiguous and of one shape, the wrappers view them as one row of
+M*N elements: tiles then never straddle a ragged row end, and every load is a 16-byte vector.
+Otherwise ALIGN (utils.vector_align of N and the row strides; the kernels rewrite them as
+multiples of it) lets the compiler use 16-byte vectors for rows whose length is not a multiple
+of 16, e.g. 3000x5000.
+
+GELU: 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)), so the output is x / (1 + exp(-2u)).
+This needs only exp (the interpreter cannot call libdevice's tanh) and saturates correctly for
+large |u| (exp(+big) = inf gives 0, exp(-big) = 0 gives x).
+
+Transposed layout: the output is (M, N) row-major, like `inp`, which is what the next layer of a
+model reads.  (Eager PyTorch returns a column-major (M, N) here: TensorIterator follows the
+layout of the transposed operands.)  A program loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t`
+and `residual_t` in their own (N, M) orientation, so that all three loads are coalesced; it adds
+bias and residual in that orientation, transposes the sum once on chip, adds `inp` and stores.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import utils
+from fusebench.kernels.registry import triton_kernel
+
+
+@triton.jit
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # This program's tile of the (M, N) grid of tiles, column blocks fastest: its first row and
+    # column in 64 bits (row0 * stride may pass 2**31), in-tile indices, and the in-bounds mask.
+    pid = tl.program_id(0)
+    n_col_blocks = tl.cdiv(N, BLOCK_N)
+    row0 = (pid // n_col_blocks).to(tl.int64) * BLOCK_M
+    col0 = (pid % n_col_blocks).to(tl.int64) * BLOCK_N
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N - col0)[None, :]
+    return row0, col0, r, c, mask
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    # tile base (64-bit scalar) + in-tile offsets (32-bit)
+    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    y = tl.cos(x)
+    x = x * y
+    y = tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)  # torch.max propagates NaN
+    x = x + y
+    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
+             x.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b, stride_ym,
+                      ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    # The bias slice for this tile's columns, loaded once and broadcast over its rows.
+    b = tl.load(b_ptr + col0 * stride_b + c * stride_b, mask=c < N - col0, other=0.0).to(tl.float32)
+    x = x + b[None, :]
+    u = 0.79788456 * x * (1.0 + 0.044715 * x * x)
+    y = x / (1.0 + tl.exp(-2.0 * u))  # x * 0.5 * (1 + tanh(u)), see the module docstring
+    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_bm, stride_bn,
+                             stride_rm, stride_rn, stride_ym,
+                             ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_bm = stride_bm // ALIGN * ALIGN
+    stride_rm = stride_rm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + row0 * stride_bm + col0 * stride_bn + r[:, None] * stride_bm + c[None, :] * stride_bn,
+                mask=mask, other=0.0).to(tl.float32)
+    res = tl.load(res_ptr + row0 * stride_rm + col0 * stride_rn + r[:, None] * stride_rm + c[None, :] * stride_rn,
+                  mask=mask, other=0.0).to(tl.float32)
+    # dropout(p, training=False) is the identity
+    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
+             (res + (x + b)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stride_xm, stride_xn,
+                                        stride_bt0, stride_bt1, stride_rt0, stride_rt1, stride_ym,
+                                        ALIGN_N: tl.constexpr, ALIGN_M: tl.constexpr,
+                                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # ALIGN_N divides N and the (M, N) operands' row strides, ALIGN_M divides M and the (N, M)
+    # operands' row strides: 16-byte vectors in both orientations.
+    N = N // ALIGN_N * ALIGN_N
+    stride_xm = stride_xm // ALIGN_N * ALIGN_N
+    stride_ym = stride_ym // ALIGN_N * ALIGN_N
+    M = M // ALIGN_M * ALIGN_M
+    stride_bt0 = stride_bt0 // ALIGN_M * ALIGN_M
+    stride_rt0 = stride_rt0 // ALIGN_M * ALIGN_M
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    # inp tile (BLOCK_M, BLOCK_N), contiguous along N.
+    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    # bias_t / residual_t tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is operand[i, j],
+    # stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
+    mask_t = (c < N - col0)[:, None] & (r < M - row0)[None, :]
+    bt = tl.load(bt_ptr + col0 * stride_bt0 + row0 * stride_bt1 + c[:, None] * stride_bt0 + r[None, :] * stride_bt1,
+                 mask=mask_t, other=0.0).to(tl.float32)
+    rt = tl.load(rt_ptr + col0 * stride_rt0 + row0 * stride_rt1 + c[:, None] * stride_rt0 + r[None, :] * stride_rt1,
+                 mask=mask_t, other=0.0).to(tl.float32)
+    # Add in the transposed orientation, then one on-chip transpose (through shared memory).
+    y = x + tl.trans(bt + rt)
+    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# wrappers
+
+
+def _flat(*ts: torch.Tensor):
+    """Views of `ts` as one row each when all are contiguous and of one shape, else None."""
+    if all(t.is_contiguous() for t in ts) and len({tuple(t.shape) for t in ts}) == 1:
+        return tuple(t.view(1, -1) for t in ts)
+    return None
+
+
+def _run(name, inputs, out, launch, plan):
+    """Launch `launch(plan)`; without a plan, the autotuned tile for these operands."""
+    if plan is None:
+        M, N = out.shape
+        plans = utils.tile_2d_plans(M, N)
+        plan = utils.autotune((name, *utils.key_of(*inputs, out)), plans, launch, out.device)
+    launch(plan)
+
+
+def _align(n, *ts: torch.Tensor) -> int:
+    """utils.vector_align for a row length n and the row strides of `ts` (1 unless their
+    columns are contiguous, when no vector would help)."""
+    if any(t.dim() == 2 and t.stride(1) != 1 and t.shape[1] > 1 for t in ts):
+        return 1
+    return utils.vector_align(ts[0].element_size(), n, *(t.stride(0) for t in ts if t.dim() == 2))
+
+
+def _grid(M, N, p: utils.TilePlan):
+    return (utils.cdiv(M, p.block_m) * utils.cdiv(N, p.block_n),)
+
+
+def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
+    x = utils.as_2d_strided(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y
+    xs, ys = _flat(x, y) or (x, y)
+    M, N = ys.shape
+
+    def launch(p):
+        _pointwise_chain_kernel[_grid(M, N, p)](xs, ys, M, N, *xs.stride(), ys.stride(0), ALIGN=_align(N, xs, ys),
+                                                BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+
+    _run("pointwise_chain", (xs,), ys, launch, plan)
+    return y
+
+
+def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: utils.TilePlan | None = None):
+    inp = utils.as_2d_strided(inp)
+    M, N = inp.shape
+    if bias.shape != (N,):
+        raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+    y = torch.empty((M, N), dtype=torch.result_type(inp, bias), device=inp.device)
+    if y.numel() == 0:
+        return y
+
+    def launch(p):
+        _bias_gelu_kernel[_grid(M, N, p)](inp, bias, y, M, N, *inp.stride(), bias.stride(0), N, ALIGN=_align(N, inp, y),
+                                          BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+
+    _run("bias_gelu", (inp, bias), y, launch, plan)
+    return y
+
+
+def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
+                          plan: utils.TilePlan | None = None):
+    inp, bias, residual = (utils.as_2d_strided(t) for t in (inp, bias, residual))
+    if not inp.shape == bias.shape == residual.shape:
+        raise ValueError("inp, bias and residual must have one shape")
+    y = torch.empty(inp.shape, dtype=torch.result_type(residual, inp), device=inp.device)
+    if y.numel() == 0:
+        return y
+    xs, bs, rs, ys = _flat(inp, bias, residual, y) or (inp, bias, residual, y)
+    M, N = ys.shape
+
+    def launch(p):
+        _bias_dropout_add_kernel[_grid(M, N, p)](xs, bs, rs, ys, M, N, *xs.stride(), *bs.stride(), *rs.stride(),
+                                                 ys.stride(0), ALIGN=_align(N, xs, bs, rs, ys), BLOCK_M=p.block_m,
+                                                 BLOCK_N=p.block_n, num_warps=p.num_warps)
+
+    _run("bias_dropout_add", (xs, bs, rs), ys, launch, plan)
+    return y
+
+
+# Square-ish tiles: both orientations need at least 32 contiguous elements for full 128-byte
+# lines.  The first is the best measured at most shapes on an H200.
+TRANSPOSED_PLANS = [utils.TilePlan(64, 64, 8), utils.TilePlan(128, 64, 8), utils.TilePlan(64, 64, 4),
+                    utils.TilePlan(32, 128, 4)]
+
+
+def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
+                                     plan: utils.TilePlan | None = None):
+    """residual_t.T + (inp + bias_t.T) as a row-major (M, N) tensor (see the module docstring)."""
+    inp, bias_t, residual_t = (utils.as_2d_strided(t) for t in (inp, bias_t, residual_t))
+    M, N = inp.shape
+    if bias_t.shape != (N, M) or residual_t.shape != (N, M):
+        raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
+    y = torch.empty((M, N), dtype=torch.result_type(residual_t, inp), device=inp.device)
+    if y.numel() == 0:
+        return y
+
+    def launch(p):
+        _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
+            inp, bias_t, residual_t, y, M, N, *inp.stride(), *bias_t.stride(), *residual_t.stride(), N,
+            ALIGN_N=_align(N, inp, y), ALIGN_M=_align(M, bias_t, residual_t),
+            BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+
+    if plan is None:
+        plan = utils.autotune(("bias_dropout_add_transposed", *utils.key_of(inp, bias_t, residual_t)),
+                              TRANSPOSED_PLANS, launch, inp.device)
+    launch(plan)
+    return y
+
+
+def _describe_tiles(shape, dtype):
+    return utils.tile_2d_plans(*shape)[0].describe()
+
+
+@triton_kernel("pointwise_chain", interpretable=True, describe=_describe_tiles)
+def pointwise_chain(x):
+    return pointwise_chain_impl(x)
+
+
+@triton_kernel("bias_gelu", interpretable=True, describe=_describe_tiles)
+def bias_gelu(inp, bias):
+    return bias_gelu_impl(inp, bias)
+
+
+@triton_kernel("bias_dropout_add", interpretable=True, describe=_describe_tiles)
+def bias_dropout_add(inp, bias, residual):
+    return bias_dropout_add_impl(inp, bias, residual)
+
+
+@triton_kernel("bias_dropout_add_transposed", interpretable=True,
+               describe=lambda shape, dtype: "transpose-aware tiles, row-major output")
+def bias_dropout_add_transposed(inp, bias_t, residual_t):
+    return bias_dropout_add_transposed_impl(inp, bias_t, residual_t)

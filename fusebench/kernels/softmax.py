@@ -1,0 +1,635 @@
+"""Row-wise softmax, softmax of a softmax, and the softmax backward, fused.
+
+Each case has four launch plans (see utils.RowPlan):
+
+* tile:  a program holds whole rows in registers: one read, one write, one launch.
+* loop:  rows too long for one program, many rows: a program makes two passes over a row (the
+         second walks it backwards, so that the chunks read last, most likely still in L2, are
+         read first), then takes the next row.
+* split: rows too long for one program, few rows: `splits` programs per row hold a chunk each;
+         a stats kernel writes each chunk's partial results, an apply kernel combines a row's
+         partials and re-reads its chunk (in reverse program order, for the same L2 reason).
+         Two launches; the input is read twice.
+* coop:  as split, but the programs of a row keep their chunks in registers and meet at a
+         per-row barrier (utils.row_barrier_wait) instead of a second launch: one read, one
+         launch.  GPU only (cooperative launch).
+
+The chunk-level pieces (a chunk's partial results, a row's combination of them) are helpers
+shared by the split and coop kernels.
+
+double_softmax in the loop, split and coop plans still reads its input once per pass over the
+data it needs: the normalizer of the second softmax, S2 = sum_j exp(y_j) with
+y_j = exp(x_j - m) / S1, comes from power sums T_k = sum_j exp(k (x_j - m)) gathered with the
+first softmax's statistics, as S2 = sum_k T_k / (S1^k k!).  Since 0 <= y_j <= 1 and
+sum_j y_j = 1, stopping after k = 6 leaves a relative error in S2 below e / 7! / N, under 1e-7
+for the long rows (N > 16384) that take these plans.
+
+All arithmetic is fp32; outputs have the input's dtype and are contiguous.  ALIGN (see
+utils.vector_align) divides N and the row strides; rewriting them as multiples of it lets the
+compiler use 16-byte vectors for rows whose length is not a multiple of 16.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import utils
+from fusebench.kernels.registry import triton_kernel
+from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+
+# ----------------------------------------------------------------------------------------------
+# softmax
+
+
+@triton.jit
+def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                         ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # This program's BLOCK_M rows; row offsets in 64 bits (a tensor may exceed 2**31 elements).
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    # Padding is -inf, which exp() turns into 0 in the sum.
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 1)[:, None])
+    y = e * (1.0 / tl.sum(e, 1))[:, None]
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    # Rows pid, pid + P, ... (P = the grid size).
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        # Pass 1: running max m and per-lane sums of exp(x - m), rescaled whenever m grows.
+        m = tl.full([], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy="evict_last").to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+            m = m_new
+        inv = 1.0 / tl.sum(s, 0)
+        # Pass 2, last chunk first: re-read (L2), normalize, write.
+        for j in tl.range(0, n_chunks):
+            cols = (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _softmax_partial(x, part_ptr):
+    # A chunk's (max, sum of exp(x - max)), to part_ptr[0:2].
+    m = tl.max(x, 0)
+    tl.store(part_ptr, m)
+    tl.store(part_ptr + 1, tl.sum(tl.exp(x - m), 0))
+
+
+@triton.jit
+def _softmax_combine(row_parts, SPLITS, BLOCK_S: tl.constexpr):
+    # A row's SPLITS partials -> (m, 1 / s): m = max m_c, s = sum s_c exp(m_c - m).
+    # .cg: read through L2, where the other programs' partials are.
+    sp = tl.arange(0, BLOCK_S)
+    m_c = tl.load(row_parts + sp * 2, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg")
+    s_c = tl.load(row_parts + sp * 2 + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg")
+    m = tl.max(m_c, 0)
+    return m, 1.0 / tl.sum(s_c * tl.exp(m_c - m), 0)
+
+
+@triton.jit
+def _softmax_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    # Program pid holds chunk (pid % SPLITS) of row (pid // SPLITS); its partials go to ws[pid].
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                eviction_policy="evict_last").to(tl.float32)
+    _softmax_partial(x, ws_ptr + pid * 2)
+
+
+@triton.jit
+def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, stride_ym, SPLITS,
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # Reverse program order: the chunks the stats kernel read last are re-read first.
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                eviction_policy="evict_first").to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
+             mask=cols < N)
+
+
+@triton.jit
+def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # The grid takes P / SPLITS rows at a time; program pid holds chunk (pid % SPLITS) of row
+    # (round * P / SPLITS + pid // SPLITS).
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if row < M:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                        ).to(tl.float32)
+            _softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
+            # The chunk stays in registers while the row's programs exchange partials.
+            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
+            m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
+            tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
+                     mask=cols < N)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+
+
+def _launch_softmax(x, y, plan: utils.RowPlan):
+    M, N = x.shape
+    sxm, sxn = x.stride()
+    align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
+    meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _softmax_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
+    elif plan.mode == "loop":
+        _softmax_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, **meta)
+    elif plan.mode == "split":
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        grid = (M * plan.splits,)
+        _softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
+        _softmax_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
+                                          BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    else:
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        _softmax_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
+                                           plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                           launch_cooperative_grid=True, **meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# double softmax
+
+
+@triton.jit
+def _double_softmax_tile_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
+                                ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    # Both softmaxes on the rows held in registers: one read, one write.
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 1)[:, None])
+    y = e * (1.0 / tl.sum(e, 1))[:, None]
+    # Padding has y = 0, which is not -inf: zero its exp explicitly.
+    e2 = tl.where(mask, tl.exp(y - tl.max(y, 1)[:, None]), 0.0)
+    z = e2 * (1.0 / tl.sum(e2, 1))[:, None]
+    tl.store(z_ptr + row0 * stride_zm + r[:, None] * stride_zm + c[None, :],
+             z.to(z_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _second_normalizer(T1, T2, T3, T4, T5, T6, N):
+    # (1 / S1, 1 / S2) from the power sums T_k = sum_j e_j^k, e_j = exp(x_j - m), S1 = T1:
+    # S2 = sum_j exp(e_j / S1) = sum_k T_k / (S1^k k!), the k = 0 term being N.
+    inv = 1.0 / T1
+    s2 = N + T1 * inv
+    q = inv * inv
+    s2 += T2 * q * 0.5
+    q *= inv
+    s2 += T3 * q * (1.0 / 6.0)
+    q *= inv
+    s2 += T4 * q * (1.0 / 24.0)
+    q *= inv
+    s2 += T5 * q * (1.0 / 120.0)
+    q *= inv
+    s2 += T6 * q * (1.0 / 720.0)
+    return inv, 1.0 / s2
+
+
+@triton.jit
+def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        z_row = z_ptr + row * stride_zm
+        # Pass 1: running max m and per-lane power sums P_k of e = exp(x - m), k = 1..6;
+        # when m grows by d, P_k is rescaled by exp(-k d) = r^k.
+        m = tl.full([], float("-inf"), tl.float32)
+        P1 = tl.zeros([BLOCK_N], tl.float32)
+        P2 = tl.zeros([BLOCK_N], tl.float32)
+        P3 = tl.zeros([BLOCK_N], tl.float32)
+        P4 = tl.zeros([BLOCK_N], tl.float32)
+        P5 = tl.zeros([BLOCK_N], tl.float32)
+        P6 = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy="evict_last").to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            r = tl.exp(m - m_new)
+            e = tl.exp(x - m_new)
+            rk = r
+            ek = e
+            P1 = P1 * rk + ek
+            rk *= r
+            ek *= e
+            P2 = P2 * rk + ek
+            rk *= r
+            ek *= e
+            P3 = P3 * rk + ek
+            rk *= r
+            ek *= e
+            P4 = P4 * rk + ek
+            rk *= r
+            ek *= e
+            P5 = P5 * rk + ek
+            rk *= r
+            ek *= e
+            P6 = P6 * rk + ek
+            m = m_new
+        inv1, inv2 = _second_normalizer(tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0),
+                                        tl.sum(P5, 0), tl.sum(P6, 0), N)
+        # Pass 2, last chunk first: y = e / S1, z = exp(y) / S2.
+        for j in tl.range(0, n_chunks):
+            cols = (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy="evict_first").to(tl.float32)
+            z = tl.exp(tl.exp(x - m) * inv1) * inv2
+            tl.store(z_row + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _double_softmax_partial(x, part_ptr):
+    # A chunk's (max m_c, P_1 .. P_6) to part_ptr[0:7], P_k = sum of exp(x - m_c)^k.
+    m = tl.max(x, 0)
+    e = tl.exp(x - m)
+    tl.store(part_ptr, m)
+    ek = e
+    tl.store(part_ptr + 1, tl.sum(ek, 0))
+    ek *= e
+    tl.store(part_ptr + 2, tl.sum(ek, 0))
+    ek *= e
+    tl.store(part_ptr + 3, tl.sum(ek, 0))
+    ek *= e
+    tl.store(part_ptr + 4, tl.sum(ek, 0))
+    ek *= e
+    tl.store(part_ptr + 5, tl.sum(ek, 0))
+    ek *= e
+    tl.store(part_ptr + 6, tl.sum(ek, 0))
+
+
+@triton.jit
+def _double_softmax_combine(row_parts, N, SPLITS, BLOCK_S: tl.constexpr):
+    # A row's partials (8 floats each) -> (m, 1 / S1, 1 / S2), the power sums taken at the row
+    # max m: T_k = sum_c exp(k (m_c - m)) P_k,c.
+    sp = tl.arange(0, BLOCK_S)
+    part = row_parts + sp * 8
+    m_c = tl.load(part, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg")
+    m = tl.max(m_c, 0)
+    r = tl.exp(m_c - m)
+    rk = r
+    T1 = tl.sum(tl.load(part + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    rk *= r
+    T2 = tl.sum(tl.load(part + 2, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    rk *= r
+    T3 = tl.sum(tl.load(part + 3, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    rk *= r
+    T4 = tl.sum(tl.load(part + 4, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    rk *= r
+    T5 = tl.sum(tl.load(part + 5, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    rk *= r
+    T6 = tl.sum(tl.load(part + 6, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
+    inv1, inv2 = _second_normalizer(T1, T2, T3, T4, T5, T6, N)
+    return m, inv1, inv2
+
+
+@triton.jit
+def _double_softmax_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
+                                       ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                eviction_policy="evict_last").to(tl.float32)
+    _double_softmax_partial(x, ws_ptr + pid * 8)
+
+
+@triton.jit
+def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, stride_xn, stride_zm, SPLITS,
+                                       ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                eviction_policy="evict_first").to(tl.float32)
+    z = tl.exp(tl.exp(x - m) * inv1) * inv2
+    tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if row < M:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                        ).to(tl.float32)
+            _double_softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 8)
+            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
+            m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
+            z = tl.exp(tl.exp(x - m) * inv1) * inv2
+            tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+
+
+def _launch_double_softmax(x, z, plan: utils.RowPlan):
+    M, N = x.shape
+    sxm, sxn = x.stride()
+    align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
+    meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _double_softmax_tile_kernel[grid](x, z, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
+    elif plan.mode == "loop":
+        _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, **meta)
+    elif plan.mode == "split":
+        ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
+        grid = (M * plan.splits,)
+        _double_softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
+        _double_softmax_split_apply_kernel[grid](x, z, ws, N, sxm, sxn, N, plan.splits,
+                                                 BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    else:
+        ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
+        _double_softmax_coop_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm,
+                                                  sxn, N, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                                  launch_cooperative_grid=True, **meta)
+
+
+def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
+    # The looped kernel carries six per-lane accumulators: half the step of the other loops.
+    # Split plans first: they were the fastest for long rows at every row count measured.
+    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)]
+    return sorted(plans, key=lambda p: p.mode != "split")
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax backward: dx = y * (dy - sum(dy * y, 1))
+
+
+@triton.jit
+def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    dy = tl.load(dy_ptr + row0 * stride_dym + r[:, None] * stride_dym + c[None, :] * stride_dyn,
+                 mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :] * stride_yn,
+                mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(dy * y, 1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + row0 * stride_dxm + r[:, None] * stride_dxm + c[None, :],
+             dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        dy_row = dy_ptr + row * stride_dym
+        y_row = y_ptr + row * stride_ym
+        dx_row = dx_ptr + row * stride_dxm
+        # Pass 1: per-lane sums of dy * y.
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, N, BLOCK_N):
+            cols = start + c
+            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+            acc += dy.to(tl.float32) * y.to(tl.float32)
+        dot = tl.sum(acc, 0)
+        # Pass 2, last chunk first.
+        for j in tl.range(0, n_chunks):
+            cols = (n_chunks - 1 - j) * BLOCK_N + c
+            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
+                         eviction_policy="evict_first").to(tl.float32)
+            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _softmax_bwd_split_stats_kernel(dy_ptr, y_ptr, ws_ptr, N, stride_dym, stride_dyn, stride_ym, stride_yn,
+                                    SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # ws[pid] = sum of dy * y over chunk (pid % SPLITS) of row (pid // SPLITS).
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0,
+                 eviction_policy="evict_last").to(tl.float32)
+    y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
+    tl.store(ws_ptr + pid, tl.sum(dy * y, 0))
+
+
+@triton.jit
+def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym, stride_dyn, stride_ym,
+                                    stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0,
+                 eviction_policy="evict_first").to(tl.float32)
+    y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, stride_dym, stride_dyn, stride_ym,
+                             stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_S: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if row < M:
+            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
+            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(dy * y, 0))
+            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
+            dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
+            tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
+                     mask=cols < N)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+
+
+def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
+    M, N = y.shape
+    strides = (*dy.stride(), *y.stride(), N)
+    unit = dy.stride(1) == 1 and y.stride(1) == 1
+    align = utils.vector_align(y.element_size(), N, dy.stride(0), y.stride(0)) if unit else 1
+    meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    if plan.mode == "tile":
+        grid = (utils.cdiv(M, plan.block_m),)
+        _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, **meta)
+    elif plan.mode == "loop":
+        _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, **meta)
+    elif plan.mode == "split":
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
+        grid = (M * plan.splits,)
+        _softmax_bwd_split_stats_kernel[grid](dy, y, ws, N, *strides[:4], plan.splits, **meta)
+        _softmax_bwd_split_apply_kernel[grid](dy, y, dx, ws, N, *strides, plan.splits,
+                                              BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    else:
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
+        _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
+                                               *strides, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                               launch_cooperative_grid=True, **meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# wrappers: same signature and outputs as the cases' eager functions
+
+
+def _run(name, launch, inputs, out, plans, plan):
+    """Launch with `plan`, or with the autotuned choice among `plans` for these inputs."""
+    if plan is None:
+        key = (name, *utils.key_of(*inputs))
+        plan = utils.autotune(key, plans, lambda p: launch(*inputs, out, p), out.device)
+    launch(*inputs, out, plan)
+    return out
+
+
+def softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip: int = utils.MAX_ONCHIP):
+    """softmax(x, 1); `plan` forces a launch plan, `max_onchip` the longest row kept on chip."""
+    x = utils.as_2d_strided(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y
+    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    return _run("softmax", _launch_softmax, (x,), y, plans, plan)
+
+
+def double_softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip: int = utils.MAX_ONCHIP):
+    x = utils.as_2d_strided(x)
+    z = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return z
+    plans = double_softmax_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    return _run("double_softmax", _launch_double_softmax, (x,), z, plans, plan)
+
+
+def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: utils.RowPlan | None = None,
+                          max_onchip: int = utils.MAX_ONCHIP):
+    dy, y = utils.as_2d_strided(dy), utils.as_2d_strided(y)
+    if dy.shape != y.shape:
+        raise ValueError(f"dy {tuple(dy.shape)} and y {tuple(y.shape)} differ in shape")
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    if y.numel() == 0:
+        return dx
+    plans = utils.row_plans(*y.shape, y.device, max_onchip=max_onchip, elem_size=y.element_size())
+    return _run("softmax_backward", _launch_softmax_bwd, (dy, y), dx, plans, plan)
+
+
+def _describe(shape, dtype):
+    return utils.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+                           elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
+
+
+@triton_kernel("softmax", interpretable=True, describe=_describe)
+def softmax(x):
+    return softmax_impl(x)
+
+
+@triton_kernel("double_softmax", interpretable=True, describe=_describe)
+def double_softmax(x):
+    return double_softmax_impl(x)
+
+
+@triton_kernel("softmax_backward", interpretable=True, describe=_describe)
+def softmax_backward(dy, y):
+    return softmax_backward_impl(dy, y)

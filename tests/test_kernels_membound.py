@@ -1,0 +1,278 @@
+"""Correctness of fusebench's memory-bound Triton kernels (pointwise, softmax, norms, horizontal).
+
+Without a GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set here before the
+kernel modules are imported, and the modules re-imported if something imported them earlier
+without it), at small odd shapes, in fp32 and fp16, plus bf16 at one shape (the kernels upcast
+to fp32 right after loading, so no bf16 arithmetic reaches the interpreter).  Every launch plan
+is exercised: rows on chip, looped long rows and split rows (forced at small sizes through the
+wrappers' `plan` argument), with non-contiguous row strides and transposed views.  With a GPU the
+same tests run on it, and `gpu`-marked tests add bf16 and sizes where the heuristics pick the
+long-row plans themselves.  Outputs are compared with the case's float64 reference under the
+case's tolerance: |out - ref| <= atol * max|ref| + rtol * |ref|.
+"""
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+if not ON_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+_MODULES = ["fusebench.kernels.softmax", "fusebench.kernels.norms", "fusebench.kernels.horizontal",
+            "fusebench.kernels.pointwise"]
+if not ON_GPU and any(m in sys.modules for m in _MODULES):
+    # Imported earlier in this session without the interpreter: re-decorate the kernels.
+    for _name in _MODULES:
+        if _name in sys.modules:
+            importlib.reload(sys.modules[_name])
+
+from fusebench.cases.base import get_case  # noqa: E402
+from fusebench.kernels import KERNELS, utils  # noqa: E402
+import fusebench.kernels.horizontal as khor  # noqa: E402
+import fusebench.kernels.norms as knorm  # noqa: E402
+import fusebench.kernels.pointwise as kpw  # noqa: E402
+import fusebench.kernels.softmax as ksm  # noqa: E402
+
+DEVICE = "cuda" if ON_GPU else "cpu"
+gpu = pytest.mark.gpu
+
+# The interpreter evaluates padding lanes too (exp(-inf - -inf) and the like): harmless NaNs
+# in masked-off lanes make numpy warn.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+ELEMENTWISE = ["pointwise_chain", "bias_gelu", "bias_dropout_add", "bias_dropout_add_transposed"]
+ROWWISE = ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain",
+           "horizontal_reduction_pointwise", "horizontal_reduction_reduction"]
+ALL = ELEMENTWISE + ROWWISE
+
+# The wrappers with a `plan` argument, same positional inputs as the case.
+IMPL = {
+    "softmax": ksm.softmax_impl,
+    "double_softmax": ksm.double_softmax_impl,
+    "softmax_backward": ksm.softmax_backward_impl,
+    "layernorm": knorm.layernorm_impl,
+    "norm_chain": knorm.norm_chain_impl,
+    "horizontal_reduction_pointwise": khor.horizontal_reduction_pointwise_impl,
+    "horizontal_reduction_reduction": khor.horizontal_reduction_reduction_impl,
+    "pointwise_chain": kpw.pointwise_chain_impl,
+    "bias_gelu": kpw.bias_gelu_impl,
+    "bias_dropout_add": kpw.bias_dropout_add_impl,
+    "bias_dropout_add_transposed": kpw.bias_dropout_add_transposed_impl,
+}
+
+
+def check(case_name, out, args):
+    case = get_case(case_name)
+    dtype = args[0].dtype
+    ref = case.run_reference(args)
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    assert len(outs) == len(refs)
+    atol, rtol = case.tolerance(dtype)
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape, (o.shape, r.shape)
+        assert o.dtype == dtype, (o.dtype, dtype)
+        o64, r = o.double().cpu(), r.cpu()
+        assert torch.isfinite(o64).all(), "NaN or inf in the output"
+        err = (o64 - r).abs()
+        bad = err > atol * r.abs().max() + rtol * r.abs()
+        assert not bad.any(), (f"{case_name}: {int(bad.sum())} of {bad.numel()} elements out of tolerance, "
+                               f"max err {err.max().item():.3e}")
+
+
+def inputs(case_name, shape, dtype, seed=0):
+    return get_case(case_name).make_inputs(shape, dtype, DEVICE, seed)
+
+
+def strided(t: torch.Tensor, how: str) -> torch.Tensor:
+    """The same values in a non-contiguous layout: `rows` pads every row (row stride > N),
+    `cols` stores the tensor column-major (column stride > 1, row stride 1)."""
+    if t.dim() != 2:
+        return t
+    if how == "rows":
+        wide = torch.full((t.shape[0], t.shape[1] + 13), float("nan"), dtype=t.dtype, device=t.device)
+        wide[:, : t.shape[1]] = t
+        return wide[:, : t.shape[1]]
+    return t.t().contiguous().t()
+
+
+# ----------------------------------------------------------------------------------------------
+# the registered wrappers (the case's exact signature), heuristic plans
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape", [(3, 5), (7, 300), (33, 1030)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", ALL)
+def test_registered_kernel(name, shape, dtype):
+    assert KERNELS[name].interpretable
+    args = inputs(name, shape, dtype)
+    check(name, KERNELS[name].fn(*args), args)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bf16(name):
+    args = inputs(name, (5, 70), torch.bfloat16)
+    check(name, KERNELS[name].fn(*args), args)
+
+
+# ----------------------------------------------------------------------------------------------
+# long rows: looped and split plans, forced at small sizes
+
+
+LONG_PLANS = {
+    "loop": utils.loop_plan(64, 4),
+    "loop_capped": utils.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
+    "split": utils.split_plan(700, 64),  # 11 programs per row, the last one ragged
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("mode", list(LONG_PLANS))
+@pytest.mark.parametrize("name", ROWWISE)
+def test_long_row_plans(name, mode, dtype):
+    args = inputs(name, (3, 700), dtype, seed=1)
+    check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
+
+
+@pytest.mark.parametrize("name", ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain"])
+def test_cooperative_kernels_one_program_per_row(name):
+    # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
+    # program after another) can pass only when a row has a single program: this checks their
+    # rounds, partials, combination and counter reset, not the exchange between programs (the
+    # gpu-marked tests do).
+    args = inputs(name, (3, 700), torch.float32, seed=9)
+    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)  # two rows at a time: 2 rounds
+    check(name, IMPL[name](*args, plan=plan), args)
+    assert int(utils.zeroed_counters(args[0].device, 6)[:6].abs().sum()) == 0
+
+
+@pytest.mark.parametrize("name", ROWWISE)
+def test_heuristic_takes_long_row_plans(name):
+    # max_onchip below N: the wrapper's own choice is split (few rows) on the CPU's 4 "SMs"
+    args = inputs(name, (3, 300), torch.float32, seed=2)
+    check(name, IMPL[name](*args, max_onchip=64), args)
+    assert utils.row_plans(3, 300, DEVICE, max_onchip=64)[0].mode == "split"
+
+
+# ----------------------------------------------------------------------------------------------
+# layouts
+
+
+@pytest.mark.parametrize("how", ["rows", "cols"])
+@pytest.mark.parametrize("name", ALL)
+def test_noncontiguous_inputs(name, how):
+    args = tuple(strided(a, how) if isinstance(a, torch.Tensor) else a
+                 for a in inputs(name, (9, 260), torch.float32, seed=3))
+    check(name, KERNELS[name].fn(*args), args)
+
+
+@pytest.mark.parametrize("mode", list(LONG_PLANS))
+@pytest.mark.parametrize("name", ROWWISE)
+def test_long_rows_with_row_stride(name, mode):
+    args = tuple(strided(a, "rows") for a in inputs(name, (3, 700), torch.float16, seed=4))
+    assert args[0].stride(0) == 713
+    check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
+
+
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_PLANS[:2], ids=lambda p: f"{p.block_m}x{p.block_n}")
+def test_transposed_output_is_row_major(plan):
+    args = inputs("bias_dropout_add_transposed", (70, 130), torch.float32)
+    out = kpw.bias_dropout_add_transposed_impl(*args, plan=plan)
+    assert out.is_contiguous()
+    check("bias_dropout_add_transposed", out, args)
+
+
+@pytest.mark.parametrize("name", ["pointwise_chain", "bias_dropout_add"])
+def test_elementwise_2d_tiles(name):
+    # Non-flattened tiles (as for strided inputs) with ragged edges in both directions.
+    args = inputs(name, (37, 45), torch.float16)
+    check(name, IMPL[name](*args, plan=utils.TilePlan(8, 16, 4)), args)
+
+
+# ----------------------------------------------------------------------------------------------
+# numerics of the long-row formulations
+
+
+@pytest.mark.parametrize("mode", ["loop", "split"])
+def test_double_softmax_peaked_rows(mode):
+    # One element dominating its row makes y_max ~ 1, the worst case of the power series.
+    (x,) = inputs("double_softmax", (4, 700), torch.float32, seed=5)
+    x[:, 17] += torch.tensor([0.0, 5.0, 20.0, 80.0], device=x.device)
+    check("double_softmax", ksm.double_softmax_impl(x, plan=LONG_PLANS[mode]), (x,))
+
+
+@pytest.mark.parametrize("mode", ["tile", "loop", "split"])
+def test_layernorm_large_mean(mode):
+    # A mean 1000 times the spread: shifted sums keep the variance.
+    x, w, b = inputs("layernorm", (3, 700), torch.float32, seed=6)
+    x = x + 1000.0
+    plan = utils.tile_plan(3, 700, DEVICE) if mode == "tile" else LONG_PLANS[mode]
+    check("layernorm", knorm.layernorm_impl(x, w, b, plan=plan), (x, w, b))
+
+
+def test_split_counters_are_reset():
+    # The split horizontal kernel's last program per row resets its counter: calls repeat.
+    (a,) = inputs("horizontal_reduction_reduction", (5, 700), torch.float32, seed=7)
+    first = khor.horizontal_reduction_reduction_impl(a, plan=LONG_PLANS["split"])
+    again = khor.horizontal_reduction_reduction_impl(a, plan=LONG_PLANS["split"])
+    check("horizontal_reduction_reduction", again, (a,))
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert int(utils.zeroed_counters(a.device, 5)[:5].abs().sum()) == 0
+
+
+def test_gelu_saturates():
+    # exp overflow / underflow in the sigmoid form gives exactly x and 0 for large |x|.
+    inp = torch.tensor([[-60.0, -12.0, 0.0, 12.0, 60.0]], device=DEVICE)
+    out = kpw.bias_gelu_impl(inp, torch.zeros(5, device=DEVICE))
+    ref = get_case("bias_gelu").run_reference((inp, torch.zeros(5, device=DEVICE)))
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out.double().cpu(), ref.cpu(), atol=1e-6, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# plans (pure Python)
+
+
+def test_row_plans_heuristic():
+    assert utils.row_plans(4096, 4096, "cpu")[0].mode == "tile"
+    assert utils.row_plans(4096, 16384, "cpu")[0].block_n == 16384
+    assert utils.row_plans(4, 65536, "cpu")[0].mode == "split"  # few rows: all SMs busy
+    assert utils.row_plans(4096, 65536, "cpu")[0].mode == "loop"  # many rows: two passes each
+    # no cooperative plans where programs run one after another
+    assert "coop" not in {p.mode for p in utils.row_plans(4096, 65536, "cpu")}
+    coop = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
+    assert (coop.splits, coop.grid) == (8, 8)
+    p = utils.row_plans(65536, 128, "cpu")[0]
+    assert p.block_m * p.block_n == 4096 and p.num_warps == 8
+    assert utils.split_plan(65536, 4096).splits == 16
+
+
+def test_tile_2d_plans():
+    assert utils.tile_2d_plans(1, 10**6)[0] == utils.TilePlan(1, 8192, 16)
+    assert utils.tile_2d_plans(65536, 128)[0] == utils.TilePlan(64, 128, 16)
+    assert utils.tile_2d_plans(3, 5)[0].block_m == 4
+
+
+def test_vector_align():
+    assert utils.vector_align(4, 5000, 5000) == 4  # 16-byte vectors of fp32
+    assert utils.vector_align(2, 5000, 5000) == 8  # of fp16
+    assert utils.vector_align(4, 1030, 1030) == 2
+    assert utils.vector_align(4, 4096, 4109) == 1  # a padded row stride
+    assert utils.vector_align(1, 64) == 16
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU only: sizes where the heuristics pick every plan themselves, bf16, autotuning
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(4, 70000), (600, 20000), (1000, 3000), (20000, 100)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ALL)
+def test_gpu_sizes(name, shape, dtype):
+    args = inputs(name, shape, dtype, seed=8)
+    check(name, KERNELS[name].fn(*args), args)
