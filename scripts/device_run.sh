@@ -13,7 +13,7 @@ fb() { python3 -m fusebench.cli "$@"; }
 for step in "$@"; do
   case $step in
     quick)  fb ceilings --db "$DB" 2>&1 | tee "$OUT/ceilings.txt"
-            timeout -s TERM "${QUICK_SECONDS:-480}" python3 -m fusebench.cli run --db "$DB" 2>&1 | tee "$OUT/quick.txt" ;;
+            timeout -s TERM "${QUICK_SECONDS:-480}" python3 -m fusebench.cli run --metrics "${QUICK_METRICS:-default}" --db "$DB" 2>&1 | tee "$OUT/quick.txt" ;;
     resume) last=$(python3 -c "import sqlite3; print(sqlite3.connect('$DB').execute('select max(id) from runs').fetchone()[0])")
             timeout -s TERM "${QUICK_SECONDS:-480}" python3 -m fusebench.cli run --resume "$last" --db "$DB" 2>&1 | tee "$OUT/resume.txt" ;;
     grid)   timeout -s TERM "${GRID_SECONDS:-480}" python3 -m fusebench.cli run ${GRID_CASES:-softmax layernorm} --shapes grid \
