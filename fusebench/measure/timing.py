@@ -1,7 +1,9 @@
 """Timing one call, measured three honest ways.
 
 - `time`: the median GPU time of one call from CUDA events, with the L2 cache flushed before each
-  call (as triton.testing.do_bench does), after warm-up; the spread is kept as quantiles.
+  call (as triton.testing.do_bench does), after warm-up; the spread is kept as quantiles.  A short
+  spin kernel before the start event lets the host enqueue the whole call first, so host launch
+  cost never shows up as GPU time (it is wall_time's business).
 - `wall_time`: host time per call, calls back to back, synchronised once at the end -- what a
   Python caller pays, Dynamo guards and wrappers included.
 - On the CPU both are host timings (each call is synchronous there).
@@ -69,11 +71,25 @@ def time_call(fn: Callable[[], object], device: str, st: TimingSettings) -> Time
     return _time_host(fn, st)
 
 
+def _host_cover_cycles(fn, device) -> int:
+    """GPU cycles to spin before each timed call so the host has enqueued the whole call before the
+    start event fires: twice the host's enqueue time of one call, at least 20 us (at ~2 GHz).
+
+    Without it, a call whose Python wrapper takes longer to launch than the L2 flush takes to run
+    would be charged the host's launch time as GPU time; that cost is what wall_time reports."""
+    t = time.perf_counter()
+    fn()
+    host_us = (time.perf_counter() - t) * 1e6
+    torch.cuda.synchronize(device)
+    return int(max(20.0, 2 * host_us) * 2000)
+
+
 def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     flush = _flush_buffer(device) if st.flush_l2 else None
     # Warm up and estimate the per-call time (flush included, as in the timed loop).
     fn()
     torch.cuda.synchronize(device)
+    cover = _host_cover_cycles(fn, device) if hasattr(torch.cuda, "_sleep") else 0
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     n_est = 0
     start.record()
@@ -92,6 +108,8 @@ def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     for i in range(reps):
         if flush is not None:
             flush.zero_()  # outside the events: not timed
+        if cover:
+            torch.cuda._sleep(cover)  # the GPU waits here, not inside the timed region
         starts[i].record()
         fn()
         ends[i].record()
