@@ -6,31 +6,20 @@ With a GPU the same small-shape tests run on it, and the `gpu`-marked tests add 
 performance-relevant shapes (TMA paths, autotuned configs).  Every output is compared with the
 case's float64 reference under the case's tolerance:  |out - ref| <= atol * max|ref| + rtol * |ref|.
 """
-import importlib
 import itertools
 import os
-import sys
 
 import pytest
 import torch
 
+from fusebench.cases.base import get_case
+from fusebench.kernels import KERNELS
+import fusebench.kernels.attention as katt
+import fusebench.kernels.conv as kconv
+import fusebench.kernels.matmul as kmm
+
+# tests/conftest.py sets TRITON_INTERPRET=1 before anything imports a kernel when there is no GPU.
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-if not ON_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-_MODULES = ["fusebench.kernels.gemm_utils", "fusebench.kernels.matmul", "fusebench.kernels.conv",
-            "fusebench.kernels.attention"]
-if not ON_GPU and any(m in sys.modules for m in _MODULES):
-    # Imported earlier in this session without the interpreter: re-decorate the kernels.
-    for name in _MODULES:
-        if name in sys.modules:
-            importlib.reload(sys.modules[name])
-
-from fusebench.cases.base import get_case  # noqa: E402
-from fusebench.kernels import KERNELS  # noqa: E402
-import fusebench.kernels.attention as katt  # noqa: E402
-import fusebench.kernels.conv as kconv  # noqa: E402
-import fusebench.kernels.matmul as kmm  # noqa: E402
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 DTYPES = [torch.float32, torch.float16]

@@ -10,31 +10,20 @@ same tests run on it, and `gpu`-marked tests add bf16 and sizes where the heuris
 long-row plans themselves.  Outputs are compared with the case's float64 reference under the
 case's tolerance: |out - ref| <= atol * max|ref| + rtol * |ref|.
 """
-import importlib
 import os
-import sys
 
 import pytest
 import torch
 
+from fusebench.cases.base import get_case
+from fusebench.kernels import KERNELS, utils
+import fusebench.kernels.horizontal as khor
+import fusebench.kernels.norms as knorm
+import fusebench.kernels.pointwise as kpw
+import fusebench.kernels.softmax as ksm
+
+# tests/conftest.py sets TRITON_INTERPRET=1 before anything imports a kernel when there is no GPU.
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-if not ON_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-_MODULES = ["fusebench.kernels.softmax", "fusebench.kernels.norms", "fusebench.kernels.horizontal",
-            "fusebench.kernels.pointwise"]
-if not ON_GPU and any(m in sys.modules for m in _MODULES):
-    # Imported earlier in this session without the interpreter: re-decorate the kernels.
-    for _name in _MODULES:
-        if _name in sys.modules:
-            importlib.reload(sys.modules[_name])
-
-from fusebench.cases.base import get_case  # noqa: E402
-from fusebench.kernels import KERNELS, utils  # noqa: E402
-import fusebench.kernels.horizontal as khor  # noqa: E402
-import fusebench.kernels.norms as knorm  # noqa: E402
-import fusebench.kernels.pointwise as kpw  # noqa: E402
-import fusebench.kernels.softmax as ksm  # noqa: E402
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 gpu = pytest.mark.gpu
