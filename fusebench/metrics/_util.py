@@ -3,11 +3,7 @@ from __future__ import annotations
 
 import torch
 
-
-def first_line(exc: BaseException) -> str:
-    """The exception's type and the first line of its message (what a `na` reason holds)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+from fusebench.util import first_line  # noqa: F401 (re-exported for the metric modules)
 
 
 def na(columns, why: str) -> dict:

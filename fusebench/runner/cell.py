@@ -18,13 +18,9 @@ from fusebench.measure.timing import TimingSettings, time_call, wall_time
 from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.plan import Cell, cpu_dtype
 from fusebench.store import now
+from fusebench.util import first_line
 
 SEEDS = (0, 1, 2)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 def is_oom(exc: BaseException) -> bool:
