@@ -207,6 +207,10 @@ def case(
     """
 
     def wrap(fn: Callable) -> Callable:
+        _load_builtin()
+        existing = _REGISTRY.get(name or fn.__name__)
+        if existing is not None and existing.family != "user":
+            raise ValueError(f"{existing.name!r} is a built-in case; give yours another name")
         dt = parse_dtype(dtype) if isinstance(dtype, str) else dtype
         quick = [tuple(s) for s in shapes]
         if not quick:
