@@ -209,7 +209,7 @@ def case(
     def wrap(fn: Callable) -> Callable:
         _load_builtin()
         existing = _REGISTRY.get(name or fn.__name__)
-        if existing is not None and existing.family != "user":
+        if existing is not None and existing.plugin is None:  # built-in cases have no plugin
             raise ValueError(f"{existing.name!r} is a built-in case; give yours another name")
         dt = parse_dtype(dtype) if isinstance(dtype, str) else dtype
         quick = [tuple(s) for s in shapes]
