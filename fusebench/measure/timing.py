@@ -28,6 +28,9 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     flush_l2: bool = True
+    # Spin the GPU before each start event so host launch cost stays out of `time` (see
+    # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
+    host_cover: bool = True
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -89,7 +92,7 @@ def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     # Warm up and estimate the per-call time (flush included, as in the timed loop).
     fn()
     torch.cuda.synchronize(device)
-    cover = _host_cover_cycles(fn, device) if hasattr(torch.cuda, "_sleep") else 0
+    cover = _host_cover_cycles(fn, device) if st.host_cover and hasattr(torch.cuda, "_sleep") else 0
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     n_est = 0
     start.record()

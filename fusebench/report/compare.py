@@ -49,8 +49,11 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> C
     info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
     both, layouts = place(pd.concat([store_a.cells(run_a).assign(side="A"),
                                      store_b.cells(run_b).assign(side="B")], ignore_index=True))
+    keys = {side: set(map(tuple, both.loc[both["side"] == side, KEY].values)) for side in ("A", "B")}
     frames = []
     for (case, impl), rows in both.groupby(["case_name", "impl"], sort=False):
+        if rows["side"].nunique() < 2:
+            continue  # an implementation only one run measured: counted in only_a / only_b, not drawn
         frame = ratio_frame(rows[rows["side"] == "A"], rows[rows["side"] == "B"], "time_us", "A", "B")
         frames.append(frame.assign(case_name=case, impl=impl))
     matched = _with_times(pd.concat(frames, ignore_index=True), both) if frames else _empty()
@@ -59,7 +62,8 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> C
 
     sections = [_case_section(name, matched[matched["case_name"] == name], layouts.get(name))
                 for name in case_order(matched["case_name"])]
-    result = _result(matched, out_path, run_a, run_b)
+    result = _result(matched, out_path, run_a, run_b,
+                     only_a=len(keys["A"] - keys["B"]), only_b=len(keys["B"] - keys["A"]))
     html = render_template(
         "compare.html.j2", title=f"fusebench comparison — run {run_a} vs run {run_b}",
         a=_run_label(store_a, run_a, info_a), b=_run_label(store_b, run_b, info_b),
@@ -85,13 +89,12 @@ def _with_times(frame: pd.DataFrame, both: pd.DataFrame) -> pd.DataFrame:
     return frame.merge(times, on=KEY, how="left")
 
 
-def _result(cells: pd.DataFrame, out_path: str, run_a: int, run_b: int) -> CompareResult:
+def _result(cells: pd.DataFrame, out_path: str, run_a: int, run_b: int, only_a: int, only_b: int) -> CompareResult:
     timed = cells[cells["ratio"] > 0]
     summary = summarize(timed) if len(timed) else {"geomean": None}
     worst = timed["regression_pct"].max() if len(timed) else 0.0
     return CompareResult(
-        out_path=out_path, run_a=run_a, run_b=run_b, matched=len(timed),
-        only_a=int((cells["status_b"] == "missing").sum()), only_b=int((cells["status_a"] == "missing").sum()),
+        out_path=out_path, run_a=run_a, run_b=run_b, matched=len(timed), only_a=only_a, only_b=only_b,
         geomean_speedup=summary["geomean"], max_regression_pct=max(0.0, float(worst)),
         cells=cells, new_failures=cells[(cells["status_a"] == OK) & ~cells["status_b"].isin([OK, "missing"])],
     )
