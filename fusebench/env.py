@@ -12,6 +12,10 @@ import fusebench
 
 
 def git_commit() -> str | None:
+    """fusebench's commit (with -dirty for local changes); FUSEBENCH_COMMIT names it where the
+    source was copied without its .git (e.g. to a lent GPU machine)."""
+    if os.environ.get("FUSEBENCH_COMMIT"):
+        return os.environ["FUSEBENCH_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,

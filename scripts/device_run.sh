@@ -4,6 +4,8 @@
 #   quick  - ceilings, then `fusebench run` (every case, quick shapes, every implementation)
 #   resume - finish the latest run of the store
 #   grid   - the full grids of the given cases (GRID_CASES, GRID_IMPLS), cut at GRID_SECONDS
+# The device gets the working tree without .git: pass FUSEBENCH_COMMIT=$(git rev-parse --short HEAD)
+# in the command so that the runs record their commit.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
