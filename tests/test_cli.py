@@ -86,3 +86,21 @@ def test_strict_fails_on_a_mismatch(db, tmp_path):
     assert invoke(*args).exit_code == 0  # a completed run exits 0 whatever its cells' statuses
     r = invoke(*args, "--strict")
     assert r.exit_code == 1 and "mismatch" in r.output
+
+
+def test_show_one_cell_and_its_bad_input():
+    r = invoke("show", "softmax", "--shape", "32x48", "--impl", "inductor", "--code-lines", "5")
+    assert r.exit_code == 0, r.output
+    assert "time_us" in r.output and "cpp_fused" in r.output  # metrics and Inductor's generated code
+    r = invoke("show", "softmax", "--shape", "32x", "--impl", "eager")
+    assert r.exit_code == 2 and "malformed shape" in r.output
+
+
+def test_report_and_compare_commands(stored_run, tmp_path):
+    html = tmp_path / "r.html"
+    r = invoke("report", "--db", stored_run, "-o", str(html))
+    assert r.exit_code == 0 and html.exists() and "softmax" in html.read_text()
+    r = invoke("compare", "1", "1", "--db", stored_run, "-o", str(tmp_path / "c.html"), "--fail-above", "5")
+    assert r.exit_code == 0 and "1 cells timed in both runs" in r.output
+    r = invoke("compare", "1", "7", "--db", stored_run, "-o", str(tmp_path / "c.html"))
+    assert r.exit_code == 2 and "no run 7" in r.output
