@@ -62,43 +62,24 @@ def run(
     plugins = list(plugins)
     for path in plugins:
         load_plugin(path)
+    gpu_list = _parse_gpus(gpus)
+    if resume is None:  # validate the whole request before the store is touched
+        device = _check_device(device or best_device())
+        timing = timing or TimingSettings()
+        metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
+        todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
+        request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
+                       shapes=shapes, dtype=dtype, device=device, plugins=plugins, metrics=list(metric_names))
     store = Store.open(db or default_db_path())
     try:
-        if resume is not None:
-            info = store.run_info(resume)
-            request = json.loads(info["request"] or "{}")
-            for path in request.get("plugins", []):
-                if path not in plugins:
-                    load_plugin(path)
-                    plugins.append(path)
-            cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
-                               request.get("dtype"), request["device"])
-            done = store.done_keys(resume)
-            todo = [c for c in cells if c.key() not in done]
-            run_id = resume
-            timing = timing or TimingSettings(**json.loads(info["timing"] or "{}"))
-            metric_names = tuple(request.get("metrics") or ())
-            with store.con:
-                store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
-        else:
-            device = device or best_device()
-            if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-                raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
-            if device.startswith("cuda"):
-                import torch
-
-                if not torch.cuda.is_available():
-                    raise ValueError("--device cuda: no CUDA GPU is visible")
-            timing = timing or TimingSettings()
-            metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
-            todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
-            request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                           shapes=shapes, dtype=dtype, device=device, plugins=[p for p in plugins],
-                           metrics=list(metric_names))
+        if resume is None:
             run_id = store.start_run(collect(device), request, timing.as_dict())
+        else:
+            run_id = resume
+            todo, timing, metric_names = _resume_plan(store, resume, timing, plugins)
         if on_plan:
             on_plan(run_id, len(todo))
-        opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=_parse_gpus(gpus),
+        opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=gpu_list,
                           plugins=plugins, metrics=metric_names, db_path=store.path,
                           worker_log=store.path + ".log" if isolate else None)
         status = "interrupted"
@@ -112,6 +93,35 @@ def run(
         return df
     finally:
         store.close()
+
+
+def _check_device(device: str) -> str:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA GPU is visible")
+    return device
+
+
+def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, plugins: list[str]):
+    """The cells a stored run is missing, with the run's own timing settings and metrics.
+    Loads the run's plugin files (appending them to `plugins`, for the workers)."""
+    info = store.run_info(run_id)
+    request = json.loads(info["request"] or "{}")
+    for path in request.get("plugins", []):
+        if path not in plugins:
+            load_plugin(path)
+            plugins.append(path)
+    cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
+                       request.get("dtype"), request["device"])
+    done = store.done_keys(run_id)
+    with store.con:
+        store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
+    timing = timing or TimingSettings(**json.loads(info["timing"] or "{}"))
+    return [c for c in cells if c.key() not in done], timing, tuple(request.get("metrics") or ())
 
 
 def results(run_id: int | None = None, db: str | None = None) -> pd.DataFrame:

@@ -104,3 +104,11 @@ def test_report_and_compare_commands(stored_run, tmp_path):
     assert r.exit_code == 0 and "1 cells timed in both runs" in r.output
     r = invoke("compare", "1", "7", "--db", stored_run, "-o", str(tmp_path / "c.html"))
     assert r.exit_code == 2 and "no run 7" in r.output
+
+
+def test_bad_request_creates_no_store(tmp_path):
+    db = tmp_path / "never.db"
+    for args in (["run", "sofmax"], ["run", "softmax", "--gpus", "x"], ["run", "softmax", "--device", "tpu"]):
+        r = invoke(*args, "--db", str(db))
+        assert r.exit_code == 2, r.output
+    assert not db.exists()
