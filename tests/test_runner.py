@@ -195,3 +195,11 @@ def test_two_workers_produce_the_same_cells(tmp_path):
         assert r.returncode == 0, r.stderr
         sets.append(sorted((c, i, s, st) for c, i, s, st, _ in cells(db)))
     assert sets[0] == sets[1] and len(sets[0]) == 18 and all(st == "ok" for *_, st in sets[0])
+
+
+def test_cells_that_cannot_fit_are_skipped_not_attempted():
+    from fusebench.runner.cell import measure_cell
+    from fusebench.runner.plan import Cell
+
+    row = measure_cell(Cell("softmax", "eager", (2**20, 2**20), "fp32", "cpu"), FAST)
+    assert row["status"] == "skipped" and "needs about" in row["reason"] and row["seconds"] < 5

@@ -7,6 +7,7 @@ Nothing here writes to the store: the result is a plain dict, so a worker proces
 from __future__ import annotations
 
 import gc
+import os
 import time
 
 import torch
@@ -45,6 +46,16 @@ def predicted_bytes(case, shape, dtype) -> int | None:
     if case.reference_subset is not None:
         return io
     return io + io * 8 // torch.empty((), dtype=dtype).element_size()
+
+
+def device_memory(device: str) -> int | None:
+    """Total memory of the device a cell runs on: the GPU's, or the host's RAM for the CPU."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple[str, ...] = (),
@@ -90,9 +101,8 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         row.update(status="unsupported", reason=reason)
         return
 
-    need = predicted_bytes(case, shape, dtype)
-    if need and device.startswith("cuda"):
-        have = torch.cuda.get_device_properties(device).total_memory
+    need, have = predicted_bytes(case, shape, dtype), device_memory(device)
+    if need and have:
         if need > have:
             row.update(status="skipped", reason=f"needs about {need / 2**30:.1f} GiB (inputs, outputs and their "
                                                 f"float64 reference); the device has {have / 2**30:.1f} GiB")
