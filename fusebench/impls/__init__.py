@@ -1,4 +1,4 @@
 """Implementations: how a case is computed (eager, Inductor, our Triton kernels, vendor kernels)."""
 from fusebench.impls.base import (  # noqa: F401
-    FellBack, Implementation, NotSupported, Prepared, all_impls, get_impl, implementation,
+    FellBack, Implementation, Prepared, all_impls, get_impl, implementation,
 )

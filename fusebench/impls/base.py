@@ -15,10 +15,6 @@ import torch
 from fusebench.cases.base import Case, Shape, UnknownName, suggest
 
 
-class NotSupported(Exception):
-    """Raised by prepare() or a call when the implementation cannot run this cell here."""
-
-
 class FellBack(Exception):
     """A compiled implementation ran (part of) the call outside its compiled code."""
 

@@ -6,8 +6,6 @@ exactly that.  As a second guard the limit is raised and made fatal, and every p
 counts the graphs Dynamo compiled: none after warm-up means the call ran eagerly, which fails the
 cell; new graphs during timing are recompiles, which are counted and fail the cell too.
 """
-import torch
-
 from fusebench.impls.base import FellBack, Implementation, Prepared, implementation
 
 

@@ -13,14 +13,15 @@ import time
 
 import torch
 
-from fusebench.metrics import ALL_METRICS, MetricContext, get_metric
+from fusebench.metrics import ALL_METRICS, get_metric
 from fusebench.metrics._util import first_line, is_inductor
 
 SHOWN_FAMILIES = tuple(f for f in ALL_METRICS if f != "ncu")  # ncu on request
 
 
-def _resolve(case, impl, shape, dtype, device):
-    from fusebench.cases import DTYPE_NAMES, get_case, parse_dtype, parse_shape
+def _resolve(case, impl, shape, dtype):
+    """Names and strings to objects.  The CPU's dtype substitution is left to measure_cell."""
+    from fusebench.cases import get_case, parse_dtype, parse_shape
     from fusebench.impls import get_impl
 
     case = get_case(case) if isinstance(case, str) else case
@@ -32,11 +33,7 @@ def _resolve(case, impl, shape, dtype, device):
         dtype = case.default_dtype
     elif isinstance(dtype, str):
         dtype = parse_dtype(dtype)
-    notes = []
-    if device == "cpu" and dtype in (torch.float16, torch.bfloat16):
-        notes.append(f"{DTYPE_NAMES[dtype]} ran as fp32 on the CPU")
-        dtype = torch.float32
-    return case, impl, shape, dtype, notes
+    return case, impl, shape, dtype
 
 
 def inductor_autotune_choices(kernel_names: list[str]) -> list[dict]:
@@ -100,7 +97,7 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     from fusebench.runner.plan import Cell
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    case, impl, shape, dtype, _ = _resolve(case, impl, shape, dtype, device)
+    case, impl, shape, dtype = _resolve(case, impl, shape, dtype)
     keep: dict = {}
     t = time.perf_counter()
     row = measure_cell(Cell(case.name, impl.name, shape, DTYPE_NAMES[dtype], device), timing or TimingSettings(),

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from fusebench.cases import DTYPE_NAMES, DTYPES, all_cases, get_case, parse_dtype, parse_shape, shape_str
+from fusebench.cases import DTYPE_NAMES, all_cases, get_case, parse_dtype, parse_shape, shape_str
 from fusebench.impls import all_impls, get_impl
 
 
@@ -61,4 +61,4 @@ def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: str, dt
     return cells
 
 
-__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "DTYPES"]
+__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes"]
