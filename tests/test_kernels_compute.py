@@ -136,13 +136,36 @@ def _conv_paths(shape):
 @pytest.mark.parametrize("shape", CONV_SHAPES, ids=lambda s: f"r{s[5]}s{s[6]}{'cl' if s[7] else 'nchw'}")
 @pytest.mark.parametrize("name", ["conv_add", "conv_relu", "conv_bn"])
 def test_conv(name, shape, dtype, monkeypatch):
+    # conv_bn: the folded way through every conv path, then BN applied by the epilogue
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "folded")
     for path in _conv_paths(shape):
         monkeypatch.setattr(kconv, "CONV_PATH", path)
         out = run_case(name, shape, dtype)
         if shape[7]:
             assert out.is_contiguous(memory_format=torch.channels_last) or path == "cudnn"
     monkeypatch.setattr(kconv, "CONV_PATH", "auto")
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "auto")
     run_case(name, shape, dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 9, 9, 16, 3, 1, 0), (2, 8, 9, 9, 16, 3, 1, 1), (3, 5, 7, 6, 1, 1, 1, 1),
+                                   (1, 70, 3, 3, 70, 1, 1, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_epilogue_kernel_layouts(shape):
+    # The 2-D epilogue: channel as the column (channels_last) or as row % C (NCHW), ragged tiles.
+    n, cin, h, w, cout, r, stride, cl = shape
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(n, cout, h, w, generator=g)
+    if cl:
+        y = y.contiguous(memory_format=torch.channels_last)
+    res = torch.randn(n, cout, h, w, generator=g)
+    bias = torch.randn(cout, generator=g)
+    mean, gamma, beta = (torch.randn(cout, generator=g) for _ in range(3))
+    var = torch.rand(cout, generator=g) + 0.5
+    bn = (y - mean[:, None, None]) / torch.sqrt(var[:, None, None] + kconv.BN_EPS) * gamma[:, None, None] \
+        + beta[:, None, None]
+    want = torch.relu(bn + bias[:, None, None] + res)
+    got = kconv.epilogue_(y.clone(), bias=bias, residual=res, relu=True, bn=(mean, var, gamma, beta))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_fold_bn_matches_batch_norm():

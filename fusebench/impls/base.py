@@ -30,6 +30,9 @@ class Prepared:
     # Called after warm-up and after timing; raises FellBack if the calls were not what they claim.
     check: Callable[[], dict] = lambda: {}
     timing_available: str | None = None  # reason timing is not meaningful (e.g. interpreter)
+    # Called after the first calls: a note known only then (e.g. the launch plan an autotuner
+    # chose); replaces `note` when it returns one.
+    note_after: Callable[[], str | None] = lambda: None
     extra: dict = field(default_factory=dict)
 
 

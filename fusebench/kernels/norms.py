@@ -153,7 +153,8 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 
 @triton.jit
 def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                           eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+                           eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                           PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -161,12 +162,21 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead (see softmax.py)
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
+                    other=0.0).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+            if not PREFETCH:
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             _layernorm_partial(x, k, cols, N, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
+            if PREFETCH:
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
+                                 other=0.0).to(tl.float32)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
             # weight and bias (from L2) only now: fewer registers live across the barrier
@@ -175,6 +185,8 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            if PREFETCH:
+                x = x_next
 
 
 def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
@@ -197,7 +209,7 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
                                              N, LAYERNORM_EPS, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                             launch_cooperative_grid=True, **meta)
+                                             PREFETCH=plan.prefetch, launch_cooperative_grid=True, **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,7 +360,8 @@ def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pl
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size(),
+                            coop_prefetch=True)
 
     def launch(p):
         _launch_layernorm(x, weight, bias, y, p)

@@ -150,7 +150,8 @@ def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, s
 
 @triton.jit
 def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
-                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                         PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -159,18 +160,29 @@ def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
+                    other=float("-inf")).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
-                        ).to(tl.float32)
+            if not PREFETCH:
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                            ).to(tl.float32)
             _softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
+            if PREFETCH:  # the next row's chunk is in flight while this row's programs meet
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
+                                 other=float("-inf")).to(tl.float32)
             # The chunk stays in registers while the row's programs exchange partials.
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
             tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            if PREFETCH:
+                x = x_next
 
 
 def _launch_softmax(x, y, plan: utils.RowPlan):
@@ -192,7 +204,7 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
     else:
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _softmax_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
-                                           plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
+                                           plan.splits, BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
                                            launch_cooperative_grid=True, **meta)
 
 
@@ -590,7 +602,8 @@ def softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size(),
+                            coop_prefetch=True)
     return _run("softmax", _launch_softmax, (x,), y, plans, plan)
 
 

@@ -31,6 +31,7 @@ Heuristics (documented here once, used by every memory-bound kernel):
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import statistics
@@ -127,6 +128,7 @@ class RowPlan:
     num_warps: int
     splits: int = 1
     grid: int = 0
+    prefetch: bool = False  # coop: load the next row's chunk before waiting at this row's barrier
 
     def describe(self) -> str:
         if self.mode == "tile":
@@ -136,7 +138,7 @@ class RowPlan:
             return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs})"
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
-                    f"{self.grid} programs)")
+                    f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
@@ -164,13 +166,16 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
-def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2) -> RowPlan:
+def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
+              prefetch: bool = False) -> RowPlan:
     """Cooperative rows: `per_sm` programs per SM (the launch fails, and the autotuner skips the
-    plan, if they do not fit), grouped `splits` to a row, at most M rows at a time."""
+    plan, if they do not fit), grouped `splits` to a row, at most M rows at a time.  With
+    `prefetch` each program loads its chunk of the next row before it waits at the barrier, so
+    that DRAM stays busy while the row's programs exchange partial results (twice the registers)."""
     chunk = next_pow2(chunk)
     splits = cdiv(N, chunk)
     rows_at_once = max(1, min(M, num_sms(device) * per_sm // splits))
-    return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits)
+    return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
 def coop_enabled(device) -> bool:
@@ -179,19 +184,36 @@ def coop_enabled(device) -> bool:
     return torch.device(device).type == "cuda" and not is_interpreter() and os.environ.get("FUSEBENCH_COOP", "1") != "0"
 
 
-def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4) -> list[RowPlan]:
-    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first."""
+def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
+              coop_prefetch: bool = False) -> list[RowPlan]:
+    """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
+
+    Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
+    (smaller programs shorten the last wave of a small grid, larger ones cut per-program
+    overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
+    (smaller programs put more of them on an SM, hence more loads in flight), split and
+    cooperative rows; rows up to twice `max_onchip` also try one 32-warp program per row (the
+    whole row in registers, 32 fp32 values per thread at 32768 columns).  `coop_prefetch`: the
+    kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
-        cands = [base, tile_plan(M, N, device, base.block_m, min(32, 2 * base.num_warps))]
-        if M >= 2 * base.block_m * 2 * num_sms(device):
-            cands.append(tile_plan(M, N, device, 2 * base.block_m, min(32, 2 * base.num_warps)))
+        cands = [base]
+        for scale in (1, 2, 4, 8):  # elements per program: base * 2 / scale
+            bm = max(1, base.block_m * 2 // scale)
+            if bm > next_pow2(M) or (bm == base.block_m and scale != 2):
+                continue
+            for per_thread in (16, 8):
+                cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
         return _unique(cands)
-    loops = [loop_plan(8192, 16), loop_plan(4096, 8)]
+    loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4)]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, 8192, 16, 2), coop_plan(M, N, device, 4096, 8, 4)] if coop_enabled(device) else []
+    if coop_prefetch:
+        coops += [dataclasses.replace(p, prefetch=True) for p in coops]
+        coops += [coop_plan(M, N, device, 4096, 8, 2, prefetch=True)] if coop_enabled(device) else []
+    wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * num_sms(device)
-    return _unique((splits + loops if few_rows else loops + splits) + coops)
+    return _unique((splits + loops if few_rows else loops + splits) + coops + wide)
 
 
 @dataclass(frozen=True)
@@ -233,6 +255,8 @@ def _unique(items: list[T]) -> list[T]:
 # per-shape autotuning
 
 _TUNED: dict[Hashable, object] = {}
+# The plan of the latest autotune() answer (tuned or heuristic), for the cell's note.
+_LAST_CHOICE: list = [None]
 
 
 def autotune_enabled(device) -> bool:
@@ -252,8 +276,10 @@ def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], objec
     for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
     A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
     if key in _TUNED:
+        _LAST_CHOICE[0] = _TUNED[key]
         return _TUNED[key]  # type: ignore[return-value]
     if len(candidates) == 1 or not autotune_enabled(device):
+        _LAST_CHOICE[0] = candidates[0]
         return candidates[0]
     flush = torch.empty(2 * l2_bytes(device) // 4, dtype=torch.int32, device=device)
     best, best_ms, errors, timings = None, float("inf"), [], []
@@ -270,6 +296,7 @@ def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], objec
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     _TUNED[key] = best
+    _LAST_CHOICE[0] = best
     log_path = os.environ.get("FUSEBENCH_AUTOTUNE_LOG")
     if log_path:  # a file to append each decision to, with every candidate's time
         with open(log_path, "a") as f:
@@ -297,6 +324,16 @@ def _runs_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int) -> list[f
         e.record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def last_choice() -> object | None:
+    """The plan autotune() returned most recently (None before any call); `forget_choice`
+    clears it, so that a caller can tell whether its own call made one."""
+    return _LAST_CHOICE[0]
+
+
+def forget_choice() -> None:
+    _LAST_CHOICE[0] = None
 
 
 def tuned() -> dict[Hashable, object]:
