@@ -114,6 +114,7 @@ def test_bf16(name):
 LONG_PLANS = {
     "loop": utils.loop_plan(64, 4),
     "loop_capped": utils.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
+    "loop_pipelined": utils.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
     "split": utils.split_plan(700, 64),  # 11 programs per row, the last one ragged
 }
 

@@ -49,8 +49,11 @@ class Triton(Implementation):
         utils.forget_choice()
 
         def chosen():
-            # The plan the memory-bound kernels' autotuner took (the heuristic's guess is `note`).
+            # The plan the memory-bound kernels' autotuner took (the heuristic's guess is `note`),
+            # or the describe() of the others again, now that their first call chose a path.
             plan = utils.last_choice()
-            return plan.describe() if plan is not None else None
+            if plan is not None:
+                return plan.describe()
+            return kernel.describe(shape, dtype) if kernel.describe else None
 
         return Prepared(fn=kernel.fn, note=note, timing_available=interp, note_after=chosen)

@@ -50,7 +50,7 @@ def _horizontal_tile_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
 @triton.jit
 def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, stride_an,
                             WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
-                            BLOCK_N: tl.constexpr):
+                            BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_am = stride_am // ALIGN * ALIGN
     # Rows pid, pid + P, ... (P = the grid size), one pass each: per-lane sums (and maxima)
@@ -64,7 +64,7 @@ def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
         c = tl.arange(0, BLOCK_N)
         acc_sum = tl.zeros([BLOCK_N], tl.float32)
         acc_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             a = tl.load(a_row + cols * stride_an, mask=cols < N, other=0.0).to(tl.float32)
             if WITH_COS:
@@ -127,7 +127,7 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
                                       BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)
     elif plan.mode == "loop":
         _horizontal_loop_kernel[(plan.grid or M,)](a, out_sum, out_max, out_cos, M, N, sam, san,
-                                                   BLOCK_N=plan.block_n, **flags)
+                                                   BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
     else:  # split (the long-row plans of utils.row_plans other than loop)
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
         _horizontal_split_kernel[(M * plan.splits,)](
@@ -156,7 +156,8 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
             _launch(a, out_sum, out_max, out_cos, p)
 
         if plan is None:
-            plans = horizontal_plans(M, N, a.device, max_onchip=max_onchip, elem_size=a.element_size())
+            plans = lambda: horizontal_plans(M, N, a.device, max_onchip=max_onchip,  # noqa: E731
+                                             elem_size=a.element_size())
             plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device)
         launch(plan)
     return out_sum, (out_cos if with_cos else out_max)

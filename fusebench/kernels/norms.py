@@ -45,6 +45,10 @@ def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
+    # One weight and bias vector per program, shared by its rows; loaded now, so that their
+    # latency overlaps the row's rather than following the reductions.
+    w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
     # Two-pass statistics on the rows in registers, of x shifted by each row's first element
     # (a large mean would otherwise cost the sum its low bits); padding is zeroed out.
     k = tl.load(x_ptr + row0 * stride_xm + r * stride_xm, mask=r < M - row0, other=0.0).to(tl.float32)
@@ -52,9 +56,6 @@ def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
     mean_d = tl.sum(d, 1) / N
     xc = tl.where(mask, d - mean_d[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
-    # One weight and bias vector per program, shared by its rows.
-    w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
     y = xc * rstd[:, None] * w[None, :] + b[None, :]
     tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
              y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -62,7 +63,7 @@ def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
 
 @triton.jit
 def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
-                           ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                           ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -79,7 +80,7 @@ def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
         k = tl.load(x_row).to(tl.float32)
         s1 = tl.zeros([BLOCK_N], tl.float32)
         s2 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
                         eviction_policy="evict_last").to(tl.float32)
@@ -90,7 +91,7 @@ def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
         mean = k + mean_d
         rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / N - mean_d * mean_d, 0.0) + eps)
         # Pass 2, last chunk first: normalize, scale, shift.
-        for j in tl.range(0, n_chunks):
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
@@ -198,7 +199,8 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         grid = (utils.cdiv(M, plan.block_m),)
         _layernorm_tile_kernel[grid](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
-        _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
+        _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, STAGES=plan.stages,
+                                                  **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -245,7 +247,7 @@ def _chain_scale(s):
 
 @triton.jit
 def _norm_chain_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -259,13 +261,13 @@ def _norm_chain_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
         y_row = y_ptr + row * stride_ym
         # Pass 1: the row sum.
         acc = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
                            eviction_policy="evict_last").to(tl.float32)
         scale = _chain_scale(tl.sum(acc, 0))
         # Pass 2, last chunk first.
-        for j in tl.range(0, n_chunks):
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
@@ -330,7 +332,7 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
         grid = (utils.cdiv(M, plan.block_m),)
         _norm_chain_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
-        _norm_chain_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, **meta)
+        _norm_chain_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -360,8 +362,8 @@ def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pl
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size(),
-                            coop_prefetch=True)
+    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
+                                    elem_size=x.element_size(), coop_prefetch=True)
 
     def launch(p):
         _launch_layernorm(x, weight, bias, y, p)
@@ -377,7 +379,8 @@ def norm_chain_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onch
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
+                                    elem_size=x.element_size())
 
     def launch(p):
         _launch_norm_chain(x, y, p)

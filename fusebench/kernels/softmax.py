@@ -66,7 +66,7 @@ def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 @triton.jit
 def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -82,7 +82,7 @@ def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
         # Pass 1: running max m and per-lane sums of exp(x - m), rescaled whenever m grows.
         m = tl.full([], float("-inf"), tl.float32)
         s = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
                         eviction_policy="evict_last").to(tl.float32)
@@ -91,7 +91,7 @@ def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
             m = m_new
         inv = 1.0 / tl.sum(s, 0)
         # Pass 2, last chunk first: re-read (L2), normalize, write.
-        for j in tl.range(0, n_chunks):
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
                         eviction_policy="evict_first").to(tl.float32)
@@ -194,7 +194,7 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
         grid = (utils.cdiv(M, plan.block_m),)
         _softmax_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
-        _softmax_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, **meta)
+        _softmax_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -255,7 +255,7 @@ def _second_normalizer(T1, T2, T3, T4, T5, T6, N):
 
 @triton.jit
 def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
-                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
@@ -276,7 +276,7 @@ def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride
         P4 = tl.zeros([BLOCK_N], tl.float32)
         P5 = tl.zeros([BLOCK_N], tl.float32)
         P6 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
                         eviction_policy="evict_last").to(tl.float32)
@@ -305,7 +305,7 @@ def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride
         inv1, inv2 = _second_normalizer(tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0),
                                         tl.sum(P5, 0), tl.sum(P6, 0), N)
         # Pass 2, last chunk first: y = e / S1, z = exp(y) / S2.
-        for j in tl.range(0, n_chunks):
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
                         eviction_policy="evict_first").to(tl.float32)
@@ -418,7 +418,7 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         grid = (utils.cdiv(M, plan.block_m),)
         _double_softmax_tile_kernel[grid](x, z, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
-        _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, **meta)
+        _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -467,7 +467,7 @@ def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
 
 @triton.jit
 def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
-                             stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -483,14 +483,14 @@ def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
         dx_row = dx_ptr + row * stride_dxm
         # Pass 1: per-lane sums of dy * y.
         acc = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
             y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
             acc += dy.to(tl.float32) * y.to(tl.float32)
         dot = tl.sum(acc, 0)
         # Pass 2, last chunk first.
-        for j in tl.range(0, n_chunks):
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = (n_chunks - 1 - j) * BLOCK_N + c
             dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
                          eviction_policy="evict_first").to(tl.float32)
@@ -569,7 +569,7 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         grid = (utils.cdiv(M, plan.block_m),)
         _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
-        _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, **meta)
+        _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, STAGES=plan.stages, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
         grid = (M * plan.splits,)
@@ -588,7 +588,7 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
 
 
 def _run(name, launch, inputs, out, plans, plan):
-    """Launch with `plan`, or with the autotuned choice among `plans` for these inputs."""
+    """Launch with `plan`, or with the autotuned choice among `plans()` for these inputs."""
     if plan is None:
         key = (name, *utils.key_of(*inputs))
         plan = utils.autotune(key, plans, lambda p: launch(*inputs, out, p), out.device)
@@ -602,8 +602,8 @@ def softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = utils.row_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size(),
-                            coop_prefetch=True)
+    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
+                                    elem_size=x.element_size(), coop_prefetch=True)
     return _run("softmax", _launch_softmax, (x,), y, plans, plan)
 
 
@@ -612,7 +612,8 @@ def double_softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_
     z = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return z
-    plans = double_softmax_plans(*x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    plans = lambda: double_softmax_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
+                                         elem_size=x.element_size())
     return _run("double_softmax", _launch_double_softmax, (x,), z, plans, plan)
 
 
@@ -624,7 +625,8 @@ def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: utils.RowPlan
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if y.numel() == 0:
         return dx
-    plans = utils.row_plans(*y.shape, y.device, max_onchip=max_onchip, elem_size=y.element_size())
+    plans = lambda: utils.row_plans(*y.shape, y.device, max_onchip=max_onchip,  # noqa: E731
+                                    elem_size=y.element_size())
     return _run("softmax_backward", _launch_softmax_bwd, (dy, y), dx, plans, plan)
 
 

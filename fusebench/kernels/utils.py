@@ -129,13 +129,15 @@ class RowPlan:
     splits: int = 1
     grid: int = 0
     prefetch: bool = False  # coop: load the next row's chunk before waiting at this row's barrier
+    stages: int | None = None  # loop: software-pipeline each pass's loads this deep (None: not at all)
 
     def describe(self) -> str:
         if self.mode == "tile":
             return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps)"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
-            return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs})"
+            stages = f", loads pipelined {self.stages} deep" if self.stages else ""
+            return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs}{stages})"
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
@@ -157,8 +159,9 @@ def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int
     return RowPlan("tile", block_m, bn, num_warps)
 
 
-def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0) -> RowPlan:
-    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16), grid=grid)
+def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, stages: int | None = None) -> RowPlan:
+    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16), grid=grid,
+                   stages=stages)
 
 
 def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPlan:
@@ -205,14 +208,19 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
             for per_thread in (16, 8):
                 cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
         return _unique(cands)
-    loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4)]
+    sms = num_sms(device)
+    loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4),
+             # pipelined: loads of the next steps in flight (shared memory) while this one is reduced;
+             # a persistent grid then keeps fewer rows between a row's two passes, so that the
+             # second pass finds them in L2
+             loop_plan(4096, 8, stages=3), loop_plan(8192, 16, stages=2), loop_plan(4096, 8, grid=2 * sms, stages=3),
+             loop_plan(8192, 16, grid=sms, stages=3), loop_plan(4096, 16, grid=sms, stages=4)]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, 8192, 16, 2), coop_plan(M, N, device, 4096, 8, 4)] if coop_enabled(device) else []
     if coop_prefetch:
         coops += [dataclasses.replace(p, prefetch=True) for p in coops]
-        coops += [coop_plan(M, N, device, 4096, 8, 2, prefetch=True)] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
-    few_rows = M < 2 * num_sms(device)
+    few_rows = M < 2 * sms
     return _unique((splits + loops if few_rows else loops + splits) + coops + wide)
 
 
@@ -268,8 +276,12 @@ def autotune_enabled(device) -> bool:
     )
 
 
-def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], object], device) -> T:
+def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]], launch: Callable[[T], object],
+             device) -> T:
     """The candidate to use for `key` (which must name the shape, dtype, strides and device).
+
+    `candidates` may be a function that lists them, called only when `key` has no choice yet (it
+    keeps the host's per-call cost low once a shape is tuned).
 
     On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
     of a few runs, L2 flushed before each, as triton.testing.do_bench does) and keeps the fastest
@@ -278,6 +290,8 @@ def autotune(key: Hashable, candidates: Sequence[T], launch: Callable[[T], objec
     if key in _TUNED:
         _LAST_CHOICE[0] = _TUNED[key]
         return _TUNED[key]  # type: ignore[return-value]
+    if callable(candidates):
+        candidates = candidates()
     if len(candidates) == 1 or not autotune_enabled(device):
         _LAST_CHOICE[0] = candidates[0]
         return candidates[0]
