@@ -153,7 +153,7 @@ def _run(name, inputs, out, launch, plan):
     """Launch `launch(plan)`; without a plan, the autotuned tile for these operands."""
     if plan is None:
         M, N = out.shape
-        plans = lambda: utils.tile_2d_plans(M, N)  # noqa: E731
+        plans = lambda: utils.tile_2d_plans(M, N, min_programs=utils.num_sms(out.device))  # noqa: E731
         plan = utils.autotune((name, *utils.key_of(*inputs, out)), plans, launch, out.device)
     launch(plan)
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence, TypeVar
 
@@ -95,13 +94,6 @@ def num_sms(device) -> int:
     if torch.device(device).type != "cuda":
         return 4
     return _cuda_props(_cuda_index(device)).multi_processor_count
-
-
-def l2_bytes(device) -> int:
-    """L2 cache size of `device` in bytes (50 MB assumed where PyTorch does not say)."""
-    if torch.device(device).type != "cuda":
-        return 50 * 2**20
-    return int(getattr(_cuda_props(_cuda_index(device)), "L2_cache_size", 50 * 2**20) or 50 * 2**20)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,18 +228,22 @@ class TilePlan:
         return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps"
 
 
-def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024)) -> list[TilePlan]:
+def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024),
+                  min_programs: int = 0) -> list[TilePlan]:
     """Candidate tiles for an element-wise kernel, the heuristic's choice first.
 
     Each candidate holds `size` elements (16 per thread: 8192 at 16 warps, the best measured on
     an H200; 1024 gets 4 warps): as wide as the rows allow up to 1024 columns (M == 1, a
-    flattened tensor, takes the whole size in one row), the rest in rows."""
+    flattened tensor, takes the whole size in one row), the rest in rows.  Tiles that would leave
+    fewer than `min_programs` programs (pass the SM count) are dropped, unless none is left: a
+    small tensor is spread over the GPU rather than given to a few SMs."""
     out = []
     for size in sizes:
         bn = min(size, max(16, next_pow2(N))) if M == 1 else min(1024, size, max(16, next_pow2(N)))
         bm = max(1, min(size // bn, next_pow2(M)))
         out.append(TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32)))
-    return _unique(out)
+    spread = [p for p in out if cdiv(M, p.block_m) * cdiv(N, p.block_n) >= min_programs]
+    return _unique(spread or [min(out, key=lambda p: p.block_m * p.block_n)])
 
 
 def _unique(items: list[T]) -> list[T]:
@@ -284,7 +280,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     keeps the host's per-call cost low once a shape is tuned).
 
     On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
-    of a few runs, L2 flushed before each, as triton.testing.do_bench does) and keeps the fastest
+    of a few runs, timed as cells are, see _time_ms) and keeps the fastest
     for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
     A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
     if key in _TUNED:
@@ -295,18 +291,16 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     if len(candidates) == 1 or not autotune_enabled(device):
         _LAST_CHOICE[0] = candidates[0]
         return candidates[0]
-    flush = torch.empty(2 * l2_bytes(device) // 4, dtype=torch.int32, device=device)
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
         try:
-            ms = _time_ms(lambda: launch(cand), flush)
+            ms = _time_ms(lambda: launch(cand), device)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
             errors.append(f"{cand}: {type(exc).__name__}: {exc}")
             continue
         timings.append((cand, ms))
         if ms < best_ms:
             best, best_ms = cand, ms
-    del flush
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     _TUNED[key] = best
@@ -319,25 +313,15 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     return best
 
 
-def _time_ms(fn: Callable[[], object], flush: torch.Tensor, budget_ms: float = 5.0) -> float:
-    """Median time of fn: as many runs as fit in about budget_ms of kernel time, 5 to 100
-    (short kernels are noisy)."""
+def _time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
+    """Median GPU time of fn in ms, measured as fusebench measures cells (measure.timing: L2
+    flushed, and a spin before each start event so that the host's launch cost, which exceeds a
+    small kernel's run time, is not what gets compared), over about budget_ms of runs."""
+    from fusebench.measure.timing import TimingSettings, time_call
+
     fn()  # compiles on first use
-    torch.cuda.synchronize()
-    estimate = _runs_ms(fn, flush, 1)[0]
-    return statistics.median(_runs_ms(fn, flush, max(5, min(100, int(budget_ms / max(estimate, 1e-3))))))
-
-
-def _runs_ms(fn: Callable[[], object], flush: torch.Tensor, reps: int) -> list[float]:
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    settings = TimingSettings(warmup_ms=1.0, rep_ms=budget_ms, min_reps=5, max_reps=100)
+    return time_call(fn, str(torch.device(device)), settings).median_us / 1e3
 
 
 def last_choice() -> object | None:
