@@ -12,6 +12,8 @@ Heuristics (documented here once, used by every memory-bound kernel):
   `num_warps_for` turns a tile size into a warp count with that target.
 * Rows on chip.  A row of up to `MAX_ONCHIP` elements is held by one program in registers
   (16384 fp32 values is 32 per thread at 16 warps), so a row reduction reads its input once.
+  Rows up to twice that are also tried as one 32-warp program per row: on an H200 it won at
+  32768 columns for softmax, double_softmax and (before a change that spilled it) layernorm.
 * Longer rows (see RowPlan): `loop`, one program per row making two passes over it (the second
   mostly from L2); `split`, several programs per row and a second launch that combines their
   partial results and re-reads the row; `coop`, several programs per row that keep their chunks
@@ -19,15 +21,18 @@ Heuristics (documented here once, used by every memory-bound kernel):
   which guarantees that all programs are resident, so the barrier cannot deadlock; GPU only:
   the interpreter runs programs one after another).  The heuristic's first choice is `split`
   for fewer rows than twice the SM count, else `loop`; on a GPU the autotuner times them all.
-  Measured on an H200 (bench/membound.py): `loop` wins for most cases with many long rows,
-  `split` for few rows and for double_softmax, `coop` for softmax_backward (two inputs).
+  Looped passes may also be software-pipelined (`stages`: loads of the next steps in flight
+  through shared memory) on a persistent grid.  Measured on an H200 (bench/membound.py and the
+  autotune logs in docs/device-runs/): `loop` wins for most cases with many long rows (pipelined
+  for layernorm), `split` for few rows and for double_softmax, `coop` for softmax_backward (two
+  inputs); at 65536 fp32 columns none passes about 75% of the copy rate.
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
   row starts aligned and the mask uniform over each vector, which it knows only for sizes and
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
   length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
-* The first call for a shape on a GPU times each candidate plan (`autotune`) and keeps the
-  fastest for that key; the CPU, the interpreter and CUDA-graph capture use the heuristic's
-  first candidate.
+* The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
+  timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
+  key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
 """
 from __future__ import annotations
 
