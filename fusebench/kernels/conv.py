@@ -96,15 +96,17 @@ def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False, bn=None) ->
     n, c, h, w = y.shape
     channel_is_col = fmt == torch.channels_last and c > 1
     R, L = (n * h * w, c) if channel_is_col else (n * c, h * w)
-    # About 4096 elements per program (8 warps, 16 per thread), as wide as the rows allow.
-    block_l = min(1024, next_pow2(L)) if not interpreting() else min(64, next_pow2(L))
-    block_r = max(1, (4096 if not interpreting() else 256) // block_l)
+    # About 4096 elements per program (8 warps, 16 per thread), as wide as the rows allow; small
+    # tiles under the interpreter, which runs them one after another.
+    elems, widest, warps = (256, 64, 4) if interpreting() else (4096, 1024, 8)
+    block_l = min(widest, next_pow2(L))
+    block_r = max(1, elems // block_l)
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
     _epilogue_kernel[grid](
         y, *(bn if bn is not None else (y,) * 4), bias if bias is not None else y,
         residual if residual is not None else y, R, L, c, BN_EPS,
         int(bn is not None), int(bias is not None), int(residual is not None), int(relu),
-        CHANNEL_IS_COL=channel_is_col, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=8 if not interpreting() else 4)
+        CHANNEL_IS_COL=channel_is_col, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=warps)
     return y
 
 

@@ -14,6 +14,8 @@ Neither needs a second look at a row, so every plan reads `a` exactly once, in o
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -156,8 +158,8 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
             _launch(a, out_sum, out_max, out_cos, p)
 
         if plan is None:
-            plans = lambda: horizontal_plans(M, N, a.device, max_onchip=max_onchip,  # noqa: E731
-                                             elem_size=a.element_size())
+            plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
+                                      elem_size=a.element_size())
             plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device)
         launch(plan)
     return out_sum, (out_cos if with_cos else out_max)

@@ -19,6 +19,8 @@ times.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -362,8 +364,8 @@ def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pl
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
-                                    elem_size=x.element_size(), coop_prefetch=True)
+    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
+                              elem_size=x.element_size(), coop_prefetch=True)
 
     def launch(p):
         _launch_layernorm(x, weight, bias, y, p)
@@ -379,8 +381,8 @@ def norm_chain_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onch
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
-                                    elem_size=x.element_size())
+    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
+                              elem_size=x.element_size())
 
     def launch(p):
         _launch_norm_chain(x, y, p)

@@ -25,6 +25,8 @@ bias and residual in that orientation, transposes the sum once on chip, adds `in
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -153,7 +155,7 @@ def _run(name, inputs, out, launch, plan):
     """Launch `launch(plan)`; without a plan, the autotuned tile for these operands."""
     if plan is None:
         M, N = out.shape
-        plans = lambda: utils.tile_2d_plans(M, N, min_programs=utils.num_sms(out.device))  # noqa: E731
+        plans = functools.partial(utils.tile_2d_plans, M, N, min_programs=utils.num_sms(out.device))
         plan = utils.autotune((name, *utils.key_of(*inputs, out)), plans, launch, out.device)
     launch(plan)
 

@@ -31,6 +31,7 @@ compiler use 16-byte vectors for rows whose length is not a multiple of 16.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -602,8 +603,8 @@ def softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = lambda: utils.row_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
-                                    elem_size=x.element_size(), coop_prefetch=True)
+    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
+                              elem_size=x.element_size(), coop_prefetch=True)
     return _run("softmax", _launch_softmax, (x,), y, plans, plan)
 
 
@@ -612,8 +613,8 @@ def double_softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_
     z = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return z
-    plans = lambda: double_softmax_plans(*x.shape, x.device, max_onchip=max_onchip,  # noqa: E731
-                                         elem_size=x.element_size())
+    plans = functools.partial(double_softmax_plans, *x.shape, x.device, max_onchip=max_onchip,
+                              elem_size=x.element_size())
     return _run("double_softmax", _launch_double_softmax, (x,), z, plans, plan)
 
 
@@ -625,8 +626,8 @@ def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: utils.RowPlan
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if y.numel() == 0:
         return dx
-    plans = lambda: utils.row_plans(*y.shape, y.device, max_onchip=max_onchip,  # noqa: E731
-                                    elem_size=y.element_size())
+    plans = functools.partial(utils.row_plans, *y.shape, y.device, max_onchip=max_onchip,
+                              elem_size=y.element_size())
     return _run("softmax_backward", _launch_softmax_bwd, (dy, y), dx, plans, plan)
 
 

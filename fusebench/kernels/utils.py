@@ -36,7 +36,6 @@ Heuristics (documented here once, used by every memory-bound kernel):
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from typing import Callable, Hashable, Sequence, TypeVar
 import torch
 import triton
 import triton.language as tl
+
+from fusebench.measure.timing import TimingSettings, time_call
 
 T = TypeVar("T")
 
@@ -213,9 +214,9 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              loop_plan(4096, 8, stages=3), loop_plan(8192, 16, stages=2), loop_plan(4096, 8, grid=2 * sms, stages=3),
              loop_plan(8192, 16, grid=sms, stages=3), loop_plan(4096, 16, grid=sms, stages=4)]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
-    coops = [coop_plan(M, N, device, 8192, 16, 2), coop_plan(M, N, device, 4096, 8, 4)] if coop_enabled(device) else []
-    if coop_prefetch:
-        coops += [dataclasses.replace(p, prefetch=True) for p in coops]
+    coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
+             for prefetch in ((False, True) if coop_prefetch else (False,))
+             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return _unique((splits + loops if few_rows else loops + splits) + coops + wide)
@@ -321,10 +322,8 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
 def _time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
     """Median GPU time of fn in ms, measured as fusebench measures cells (measure.timing: L2
     flushed, and a spin before each start event so that the host's launch cost, which exceeds a
-    small kernel's run time, is not what gets compared), over about budget_ms of runs."""
-    from fusebench.measure.timing import TimingSettings, time_call
-
-    fn()  # compiles on first use
+    small kernel's run time, is not what gets compared), over about budget_ms of runs.  time_call's
+    warm-up makes the first call, which compiles."""
     settings = TimingSettings(warmup_ms=1.0, rep_ms=budget_ms, min_reps=5, max_reps=100)
     return time_call(fn, str(torch.device(device)), settings).median_us / 1e3
 
