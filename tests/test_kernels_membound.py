@@ -10,6 +10,7 @@ same tests run on it, and `gpu`-marked tests add bf16 and sizes where the heuris
 long-row plans themselves.  Outputs are compared with the case's float64 reference under the
 case's tolerance: |out - ref| <= atol * max|ref| + rtol * |ref|.
 """
+import dataclasses
 import os
 
 import pytest
@@ -194,12 +195,13 @@ def test_double_softmax_peaked_rows(mode):
     check("double_softmax", ksm.double_softmax_impl(x, plan=LONG_PLANS[mode]), (x,))
 
 
-@pytest.mark.parametrize("mode", ["tile", "loop", "split"])
+@pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "split"])
 def test_layernorm_large_mean(mode):
     # A mean 1000 times the spread: shifted sums keep the variance.
     x, w, b = inputs("layernorm", (3, 700), torch.float32, seed=6)
     x = x + 1000.0
-    plan = utils.tile_plan(3, 700, DEVICE) if mode == "tile" else LONG_PLANS[mode]
+    plan = utils.tile_plan(3, 700, DEVICE) if mode.startswith("tile") else LONG_PLANS[mode]
+    plan = dataclasses.replace(plan, prefetch=mode == "tile-prefetch")
     check("layernorm", knorm.layernorm_impl(x, w, b, plan=plan), (x, w, b))
 
 
@@ -238,14 +240,20 @@ def test_row_plans_heuristic():
     p = utils.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8
     assert utils.split_plan(65536, 4096).splits == 16
+    # layernorm's tiles also come with weight and bias loaded early, where that cannot spill
+    plain = utils.row_plans(512, 8192, "cpu")
+    early = [p for p in utils.row_plans(512, 8192, "cpu", tile_prefetch=True) if p.prefetch]
+    assert not any(p.prefetch for p in plain) and early
+    assert all(p.block_m * p.block_n <= 16 * 32 * p.num_warps for p in early)
+    assert {dataclasses.replace(p, prefetch=False) for p in early} <= set(plain)
 
 
 def test_tile_2d_plans():
     assert utils.tile_2d_plans(1, 10**6)[0] == utils.TilePlan(1, 8192, 16)
     assert utils.tile_2d_plans(65536, 128)[0] == utils.TilePlan(64, 128, 16)
     assert utils.tile_2d_plans(3, 5)[0].block_m == 4
-    # a small tensor: only the smallest tile (most programs), not one program holding it all
-    assert utils.tile_2d_plans(1, 16384, min_programs=132) == [utils.TilePlan(1, 1024, 4)]
+    # a small tensor: only small tiles (most programs), not one program holding it all
+    assert utils.tile_2d_plans(1, 16384, min_programs=132) == [utils.TilePlan(1, n, 4) for n in (1024, 512, 256)]
     assert len(utils.tile_2d_plans(1, 2**24, min_programs=132)) == 4
 
 
@@ -262,7 +270,7 @@ def test_vector_align():
 
 
 @gpu
-@pytest.mark.parametrize("shape", [(4, 70000), (600, 20000), (1000, 3000), (20000, 100)],
+@pytest.mark.parametrize("shape", [(4, 70000), (600, 20000), (1000, 3000), (20000, 100), (100, 300)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", ALL)

@@ -16,6 +16,17 @@ from fusebench.measure.timing import TimingSettings
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5)
 
 
+def test_torch_mm_ceiling_is_timed_but_never_checked(db):
+    # torch-mm leaves the epilogue out on purpose: it must be timed and flagged, not pass as a match
+    df = fusebench.run(["matmul_add", "softmax"], impls=["eager", "torch-mm"], shapes="64x48", db=db, timing=FAST)
+    mm = df[(df.impl == "torch-mm") & (df.case_name == "matmul_add")]
+    assert len(mm) and (mm.status == "ok").all() and (mm.time_us > 0).all()
+    assert mm.max_abs_err.isna().all() and (mm.seeds == 0).all()
+    assert all("accuracy" in na for na in mm.na)
+    assert (df[(df.impl == "eager")].seeds == 3).all()
+    assert (df[(df.impl == "torch-mm") & (df.case_name == "softmax")].status == "unsupported").all()
+
+
 def test_user_case_gets_every_implementation(db):
     @fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(16, 24)],
                     bytes_model=lambda s, dt: 2 * s[0] * s[1] * 4)

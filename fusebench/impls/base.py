@@ -30,6 +30,9 @@ class Prepared:
     # Called after warm-up and after timing; raises FellBack if the calls were not what they claim.
     check: Callable[[], dict] = lambda: {}
     timing_available: str | None = None  # reason timing is not meaningful (e.g. interpreter)
+    # Reason the output is not compared with the reference: set only by ceiling implementations
+    # that time part of the case on purpose (torch-mm: the GEMM without its epilogue).
+    accuracy_available: str | None = None
     # Called after the first calls: a note known only then (e.g. the launch plan an autotuner
     # chose); replaces `note` when it returns one.
     note_after: Callable[[], str | None] = lambda: None
@@ -69,6 +72,7 @@ def _load() -> None:
     import fusebench.impls.inductor  # noqa: F401
     import fusebench.impls.triton_impl  # noqa: F401
     import fusebench.impls.sdpa  # noqa: F401
+    import fusebench.impls.ceiling  # noqa: F401
 
 
 def get_impl(name: str) -> Implementation:

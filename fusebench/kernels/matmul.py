@@ -11,6 +11,11 @@ Kernels
   program per SM walking the tiles in grouped order) or not, as an autotuning switch.  For fp16/bf16
   with TMA-compatible strides, gemm() times both kernels at the first call for a shape and keeps
   the faster (GEMM_IMPL below).
+- `_gemm_splitk_kernel` + `_splitk_reduce_kernel`: split-K for skinny problems whose output has
+  fewer 128x128 tiles than the GPU has SMs (e.g. 128x8192x8192): each program multiplies one
+  K-slice into an fp32 workspace, the second kernel sums the slices in a fixed order
+  (deterministic, unlike atomics) and applies the epilogue.  A candidate of the same first-call
+  timing as the TMA kernel.
 - `_b2b_kernel`: `(a @ b) @ c` with the (BLOCK_M x N) intermediate kept in registers, for N <= 256;
   wider intermediates go through two GEMMs.
 
@@ -253,11 +258,100 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
 
 
 # ------------------------------------------------------------------------------------------------
+# Kernel 3: split-K for skinny problems (few output tiles, long K).
+
+
+def _splitk_configs():
+    if interpreting():
+        return [_cfg(32, 32, 32, 1, 4)]
+    # one tile per program and K-slice; small tiles, deep pipelines: these grids are memory-bound
+    return [_cfg(128, 128, 64, 4, 8), _cfg(64, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 64, 128, 4, 4),
+            _cfg(64, 128, 128, 3, 4)]
+
+
+@autotune(configs=_splitk_configs(), key=["M", "N", "K", "SPLITS"])
+@triton.jit
+def _gemm_splitk_kernel(a_ptr, b_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SPLITS,  #
+                        stride_am, stride_ak, stride_bk, stride_bn,  #
+                        PRECISION: tl.constexpr,  #
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # axis 0: the output tile, in grouped order; axis 1: the K-slice [k0, k0 + K_PER_SPLIT)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    split = tl.program_id(1)
+    k0 = split * K_PER_SPLIT
+    k_len = tl.minimum(K - k0, K_PER_SPLIT)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # rows/columns past the edge read row/column 0 (never stored), as in kernel 1
+    offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_m < M, offs_m, 0), BLOCK_M), BLOCK_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(offs_n < N, offs_n, 0), BLOCK_N), BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # &A[m, k0 + k] and &B[k0 + k, n]
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + (k0 + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k0 + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_len, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_len - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_len - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    # the slice's partial product, fp32, to workspace[split] (a contiguous (M, N) matrix)
+    ws_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+    tl.store(ws_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
+def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,  #
+                          HAS_BIAS, HAS_RES, RELU,  #
+                          SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # C tile = epilogue(sum of the SPLITS partial tiles), summed in slice order
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        acc += tl.load(ws_ptrs + s * M * N, mask=mask, other=0.0)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RES, RELU)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def splitk_count(M: int, N: int, K: int) -> int:
+    """K-slices for a skinny problem: enough to give about two programs per SM with 128x128 tiles,
+    each slice at least 512 deep; 1 (no split) when the tiles alone fill the GPU."""
+    tiles, sms = triton.cdiv(M, 128) * triton.cdiv(N, 128), num_sms()
+    splits = 1
+    while tiles * splits * 2 <= 2 * sms and K // (splits * 2) >= 512 and splits < 16:
+        splits *= 2
+    return splits
+
+
+def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, splits):
+    M, K = a.shape
+    N = b.shape[1]
+    k_per_split = triton.cdiv(triton.cdiv(K, splits), 128) * 128  # whole BLOCK_K steps in every slice
+    splits = triton.cdiv(K, k_per_split)
+    ws = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
+    _gemm_splitk_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)](
+        a, b, ws, M, N, K, k_per_split, splits, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        PRECISION=dot_precision(a.dtype))
+    bm, bn = (16, 32) if interpreting() else (32, 128)
+    _splitk_reduce_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
+        ws, c, bias_arg, res_arg, M, N, c.stride(0), c.stride(1), srm, srn, *flags,
+        SPLITS=splits, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+    return c
+
+
+# ------------------------------------------------------------------------------------------------
 # Host side.
 
-# Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere), or
-# "auto" (default): where TMA applies, both are timed at the first call for a shape and the faster one
-# is kept (gemm_utils.fastest).  On an H200 with Triton 3.6 the pointer kernel -- whose loads Triton
+# Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere),
+# "splitk", or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
+# faster one is kept (gemm_utils.fastest); skinny shapes (splitk_count > 1) add split-K to the race.  On an H200 with Triton 3.6 the pointer kernel -- whose loads Triton
 # pipelines with cp.async -- beat the persistent TMA kernel at every size of our first measurement
 # (e.g. 4096^3 fp16 relu: 713 vs 586 TFLOP/s), so "ptr" is the candidate tried first.
 GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
@@ -276,9 +370,12 @@ def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
 
 
 def gemm_impl_for(a, b, c, res=None) -> str:
-    """ "ptr", "tma", or "auto" (both apply: time them) for these operands under GEMM_IMPL."""
-    if GEMM_IMPL == "ptr" or not _tma_ok(a, b, c, res):
-        return "ptr"
+    """ "ptr", "tma", "splitk", or "auto" (several apply: time them) for these operands under GEMM_IMPL."""
+    if GEMM_IMPL in ("ptr", "splitk"):
+        return GEMM_IMPL
+    skinny = splitk_count(a.shape[0], b.shape[1], a.shape[1]) > 1 and not interpreting()
+    if not _tma_ok(a, b, c, res):
+        return "auto" if skinny else "ptr"
     return "tma" if GEMM_IMPL == "tma" else "auto"
 
 
@@ -311,8 +408,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     impl = impl or gemm_impl_for(a, b, c, residual)
     if impl == "auto":
         kw = dict(bias=bias, residual=residual, relu=relu, out=c)
-        impl = fastest(_choice_key(a, b, c), {"ptr": lambda: gemm(a, b, impl="ptr", **kw),
-                                              "tma": lambda: gemm(a, b, impl="tma", **kw)})
+        candidates = {"ptr": lambda: gemm(a, b, impl="ptr", **kw)}
+        if _tma_ok(a, b, c, residual):
+            candidates["tma"] = lambda: gemm(a, b, impl="tma", **kw)
+        if splitk_count(M, N, K) > 1:
+            candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
+        impl = fastest(_choice_key(a, b, c), candidates)
+    if impl == "splitk":
+        return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, max(2, splitk_count(M, N, K)))
     if impl == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
         b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
@@ -340,7 +443,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
 
 
 # ------------------------------------------------------------------------------------------------
-# Kernel 3: back-to-back GEMM, intermediate on chip.
+# Kernel 4: back-to-back GEMM, intermediate on chip.
 
 
 def _b2b_configs():
@@ -431,16 +534,17 @@ def _supports(shape, dtype, device):
 def _describe_gemm(shape, dtype):
     note = precision_note(dtype)
     m, n, k = shape[:3]
-    if dtype != torch.float32 and has_tensor_descriptors() and GEMM_IMPL != "ptr" and n % 8 == 0 and k % 8 == 0:
-        if GEMM_IMPL == "tma":
-            return f"{note}, TMA GEMM + fused epilogue"
-        # the case's operands are contiguous: the key the wrapper used
-        key = ("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0)
-        rec = fastest_record(key)
-        if rec:
-            times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
-            return f"{note}, {rec[0]} GEMM + fused epilogue (faster of pointer/TMA kernels here: {times})"
-        return f"{note}, tiled GEMM + fused epilogue (pointer or TMA kernel, the faster, timed at first call)"
+    if GEMM_IMPL == "splitk":
+        return f"{note}, split-K GEMM ({max(2, splitk_count(m, n, k))} slices) + epilogue in the reduction"
+    if GEMM_IMPL == "tma" and dtype != torch.float32 and has_tensor_descriptors():
+        return f"{note}, TMA GEMM + fused epilogue"
+    # the case's operands are contiguous: the key the wrapper used
+    rec = fastest_record(("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0))
+    if rec and GEMM_IMPL == "auto":
+        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
+        what = {"ptr": "tiled GEMM (pointer loads) + fused epilogue", "tma": "TMA GEMM + fused epilogue",
+                "splitk": f"split-K GEMM ({max(2, splitk_count(m, n, k))} slices) + epilogue in the reduction"}
+        return f"{note}, {what[rec[0]]} (fastest of the kernels timed here: {times})"
     return f"{note}, tiled GEMM (pointer loads) + fused epilogue"
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Sequence, TypeVar
 
 import torch
@@ -126,12 +126,16 @@ class RowPlan:
     num_warps: int
     splits: int = 1
     grid: int = 0
-    prefetch: bool = False  # coop: load the next row's chunk before waiting at this row's barrier
+    # Load ahead what a later step needs -- coop: the next row's chunk before waiting at this row's
+    # barrier; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
+    # one memory round trip fewer before the store, three row-sized values per thread instead of one.
+    prefetch: bool = False
     stages: int | None = None  # loop: software-pipeline each pass's loads this deep (None: not at all)
 
     def describe(self) -> str:
         if self.mode == "tile":
-            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps)"
+            early = ", parameters loaded with the rows" if self.prefetch else ""
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = f", loads pipelined {self.stages} deep" if self.stages else ""
@@ -186,7 +190,7 @@ def coop_enabled(device) -> bool:
 
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
-              coop_prefetch: bool = False) -> list[RowPlan]:
+              coop_prefetch: bool = False, tile_prefetch: bool = False) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
@@ -195,7 +199,9 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     (smaller programs put more of them on an SM, hence more loads in flight), split and
     cooperative rows; rows up to twice `max_onchip` also try one 32-warp program per row (the
     whole row in registers, 32 fp32 values per thread at 32768 columns).  `coop_prefetch`: the
-    kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants."""
+    kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
+    the kernel's tile plan can load its per-column parameters with the rows; add that variant of
+    every tile of at most 16 elements per thread (more would spill: measured 2x slower)."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -205,6 +211,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
                 continue
             for per_thread in (16, 8):
                 cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
+        if tile_prefetch:
+            cands += [replace(p, prefetch=True) for p in cands if p.block_m * p.block_n <= 16 * 32 * p.num_warps]
         return _unique(cands)
     sms = num_sms(device)
     loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4),
@@ -241,15 +249,16 @@ def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 102
     Each candidate holds `size` elements (16 per thread: 8192 at 16 warps, the best measured on
     an H200; 1024 gets 4 warps): as wide as the rows allow up to 1024 columns (M == 1, a
     flattened tensor, takes the whole size in one row), the rest in rows.  Tiles that would leave
-    fewer than `min_programs` programs (pass the SM count) are dropped, unless none is left: a
-    small tensor is spread over the GPU rather than given to a few SMs."""
-    out = []
-    for size in sizes:
+    fewer than `min_programs` programs (pass the SM count) are dropped.  When none is left, the
+    tensor is small and latency-bound: it gets tiles of 1024, 512 and 256 elements (4 warps), so
+    that it is spread over as many SMs as it can fill, each thread with one or two vectors."""
+    def tile(size):
         bn = min(size, max(16, next_pow2(N))) if M == 1 else min(1024, size, max(16, next_pow2(N)))
         bm = max(1, min(size // bn, next_pow2(M)))
-        out.append(TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32)))
-    spread = [p for p in out if cdiv(M, p.block_m) * cdiv(N, p.block_n) >= min_programs]
-    return _unique(spread or [min(out, key=lambda p: p.block_m * p.block_n)])
+        return TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32))
+
+    spread = [p for p in map(tile, sizes) if cdiv(M, p.block_m) * cdiv(N, p.block_n) >= min_programs]
+    return _unique(spread or [tile(size) for size in (1024, 512, 256)])
 
 
 def _unique(items: list[T]) -> list[T]:
