@@ -115,6 +115,41 @@ def test_gemm_splitk(k, dtype):
     assert kmm.splitk_count(128, 8192, 8192) >= 1 and kmm.splitk_count(8192, 8192, 8192) == 1
 
 
+def _tiles(configs):
+    return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_stages) for c in configs]
+
+
+def test_prune_splitk():
+    # the GPU config list (the interpreter's has one config): pipeline staging over 200 KiB dropped
+    # (fp32 128x128x64 at 4 stages: 256 KB, OutOfResources on an H200), and tiles taller than
+    # max(64, next_pow2(M)) rows
+    configs = kmm._splitk_gpu_configs()
+    fp32, fp16 = torch.empty(1, dtype=torch.float32), torch.empty(1, dtype=torch.float16)
+    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp32, "M": 128})) == [(64, 128, 64, 4), (128, 64, 64, 4)]
+    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp32, "M": 64})) == [(64, 128, 64, 4)]
+    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp16, "M": 128})) == _tiles(configs)
+    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp16, "M": 20})) == [
+        (64, 128, 64, 4), (64, 64, 128, 4), (64, 128, 128, 3)]
+    for a, m in [(fp32, 128), (fp32, 1), (fp16, 4096)]:
+        for c in kmm._prune_splitk(configs, {"a_ptr": a, "M": m}):
+            assert kmm._staging_bytes(c, a.element_size()) <= 200 * 1024
+    # nothing fits: the smallest footprint is kept
+    huge = [kmm._cfg(256, 256, 128, 4, 8), kmm._cfg(128, 256, 128, 4, 8)]
+    assert _tiles(kmm._prune_splitk(huge, {"a_ptr": fp32, "M": 4096})) == [(128, 256, 128, 4)]
+    assert _tiles(kmm._prune_splitk(huge[:1], {"a_ptr": fp32, "M": 16})) == [(256, 256, 128, 4)]
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the candidates are timed")
+def test_fastest_untimed_on_cpu():
+    # under the interpreter / without CUDA the first candidate is used, untimed and not recorded
+    from fusebench.kernels import gemm_utils
+    calls = []
+    key = ("test_fastest_untimed_on_cpu",)
+    pick = gemm_utils.fastest(key, {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                              device=DEVICE)
+    assert pick == "a" and calls == [] and gemm_utils.fastest_record(key) is None
+
+
 def test_gemm_empty_k():
     a = torch.zeros(8, 0, device=DEVICE)
     b = torch.zeros(0, 5, device=DEVICE)

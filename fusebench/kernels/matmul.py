@@ -81,6 +81,21 @@ def _tma_configs():
         _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)]
 
 
+# Operand staging of the software pipeline (num_stages buffers of an A and a B tile) must fit Hopper's
+# 227 KB of shared memory per SM, with room left for the epilogue; fp32 tiles are twice fp16's.
+SMEM_STAGING_LIMIT = 200 * 1024
+
+
+def _staging_bytes(c, elem_size: int) -> int:
+    return c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * elem_size
+
+
+def _fit_smem(configs, elem_size: int):
+    """The configs whose pipeline staging fits SMEM_STAGING_LIMIT, or else the smallest one."""
+    return ([c for c in configs if _staging_bytes(c, elem_size) <= SMEM_STAGING_LIMIT]
+            or [min(configs, key=lambda c: _staging_bytes(c, elem_size))])
+
+
 def _prune_gemm(configs, named_args, **kwargs):
     """Drop configs that cannot suit this shape before benchmarking (saves compile time too).
 
@@ -91,13 +106,8 @@ def _prune_gemm(configs, named_args, **kwargs):
     if len(configs) == 1:
         return configs
     sms = num_sms()
-    # operand staging of the software pipeline must fit Hopper's 227 KB (fp32 tiles are twice fp16's)
     es = (named_args["a_ptr"] if "a_ptr" in named_args else named_args["a_desc"].base).element_size()
-
-    def smem(c):
-        return c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * es
-
-    configs = [c for c in configs if smem(c) <= 200 * 1024] or [min(configs, key=smem)]
+    configs = _fit_smem(configs, es)
     fits = [c for c in configs
             if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M)) and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
     fits = fits or configs[-1:]
@@ -261,15 +271,31 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
 # Kernel 3: split-K for skinny problems (few output tiles, long K).
 
 
-def _splitk_configs():
-    if interpreting():
-        return [_cfg(32, 32, 32, 1, 4)]
+def _splitk_gpu_configs():
     # one tile per program and K-slice; small tiles, deep pipelines: these grids are memory-bound
     return [_cfg(128, 128, 64, 4, 8), _cfg(64, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 64, 128, 4, 4),
             _cfg(64, 128, 128, 3, 4)]
 
 
-@autotune(configs=_splitk_configs(), key=["M", "N", "K", "SPLITS"])
+def _splitk_configs():
+    if interpreting():
+        return [_cfg(32, 32, 32, 1, 4)]
+    return _splitk_gpu_configs()
+
+
+def _prune_splitk(configs, named_args, **kwargs):
+    """Drop split-K configs that cannot fit or suit this shape: pipeline staging over
+    SMEM_STAGING_LIMIT (the fp32 128x128x64 tile at 4 stages needs 256 KB: OutOfResources on an
+    H200), and tiles taller than max(64, next_pow2(M)) rows (128-row tiles for M = 64 would be
+    half padding).  At least one config is always kept."""
+    configs = _fit_smem(configs, named_args["a_ptr"].element_size())
+    rows = max(64, next_pow2(named_args["M"]))
+    return ([c for c in configs if c.kwargs["BLOCK_M"] <= rows]
+            or [min(configs, key=lambda c: c.kwargs["BLOCK_M"])])
+
+
+@autotune(configs=_splitk_configs(), key=["M", "N", "K", "SPLITS"],
+          prune_configs_by={"early_config_prune": _prune_splitk})
 @triton.jit
 def _gemm_splitk_kernel(a_ptr, b_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SPLITS,  #
                         stride_am, stride_ak, stride_bk, stride_bn,  #
@@ -351,7 +377,8 @@ def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, splits):
 
 # Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere),
 # "splitk", or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
-# faster one is kept (gemm_utils.fastest); skinny shapes (splitk_count > 1) add split-K to the race.  On an H200 with Triton 3.6 the pointer kernel -- whose loads Triton
+# faster one is kept (gemm_utils.fastest, GPU time as the cells measure it, host launch cost excluded);
+# skinny shapes (splitk_count > 1) add split-K to the race.  On an H200 with Triton 3.6 the pointer kernel -- whose loads Triton
 # pipelines with cp.async -- beat the persistent TMA kernel at every size of our first measurement
 # (e.g. 4096^3 fp16 relu: 713 vs 586 TFLOP/s), so "ptr" is the candidate tried first.
 GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
@@ -413,7 +440,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
             candidates["tma"] = lambda: gemm(a, b, impl="tma", **kw)
         if splitk_count(M, N, K) > 1:
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
-        impl = fastest(_choice_key(a, b, c), candidates)
+        impl = fastest(_choice_key(a, b, c), candidates, device=a.device)
     if impl == "splitk":
         return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, max(2, splitk_count(M, N, K)))
     if impl == "tma":

@@ -295,7 +295,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     keeps the host's per-call cost low once a shape is tuned).
 
     On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
-    of a few runs, timed as cells are, see _time_ms) and keeps the fastest
+    of a few runs, timed as cells are, see gpu_time_ms) and keeps the fastest
     for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
     A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
     if key in _TUNED:
@@ -309,7 +309,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
         try:
-            ms = _time_ms(lambda: launch(cand), device)
+            ms = gpu_time_ms(lambda: launch(cand), device)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
             errors.append(f"{cand}: {type(exc).__name__}: {exc}")
             continue
@@ -328,13 +328,17 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     return best
 
 
-def _time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
+def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
     """Median GPU time of fn in ms, measured as fusebench measures cells (measure.timing: L2
     flushed, and a spin before each start event so that the host's launch cost, which exceeds a
     small kernel's run time, is not what gets compared), over about budget_ms of runs.  time_call's
-    warm-up makes the first call, which compiles."""
+    warm-up makes the first call, which compiles.  Used by `autotune` here and by
+    gemm_utils.fastest (choosing between whole GEMM / conv implementations)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     settings = TimingSettings(warmup_ms=1.0, rep_ms=budget_ms, min_reps=5, max_reps=100)
-    return time_call(fn, str(torch.device(device)), settings).median_us / 1e3
+    return time_call(fn, str(dev), settings).median_us / 1e3
 
 
 def last_choice() -> object | None:
