@@ -62,6 +62,7 @@ CELL_COLUMNS = {
     "na": "TEXT",  # JSON {metric: why not available}
     "started": "TEXT",
     "seconds": "REAL",  # wall-clock seconds spent on the cell
+    "git_commit": "TEXT",  # fusebench's commit that measured the cell (a resumed run can span several)
     "seeds": "INTEGER",
     # accuracy
     "max_abs_err": "REAL",

@@ -409,3 +409,13 @@ def test_report_opens_in_headless_chromium_without_errors(report, tmp_path):
         pytest.skip("no headless Chromium installed")
     path, _ = report
     assert browser_problems(binary, path, str(tmp_path / "profile")) == []
+
+
+def test_environment_names_the_commits_of_a_resumed_run():
+    from fusebench.report.html import environment
+
+    info = {"id": 3, "status": "done", "git_commit": "aaa1111"}
+    one = environment(info, pd.DataFrame({"git_commit": ["aaa1111"] * 3}))
+    assert all(k != "cells by commit" for k, _ in one[0]["items"])
+    two = dict(environment(info, pd.DataFrame({"git_commit": ["aaa1111", "aaa1111", "bbb2222"]}))[0]["items"])
+    assert two["cells by commit"] == "aaa1111: 2, bbb2222: 1"

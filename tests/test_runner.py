@@ -165,7 +165,9 @@ def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, db, sig):
     plugin.write_text(SLOW)
     args = [sys.executable, "-m", "fusebench.cli", "run", "slow", "--plugin", str(plugin), "--impl", "eager",
             "--db", db, "--metrics", "none"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # two commits: the resumed cells must say which code measured them
+    env = lambda commit: {**os.environ, "FUSEBENCH_COMMIT": commit}  # noqa: E731
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env("aaa1111"))
     deadline = time.time() + 120
     while time.time() < deadline:
         if os.path.exists(db) and len(cells_or_empty(db)) >= 4:
@@ -177,12 +179,17 @@ def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, db, sig):
     assert 4 <= len(done) < 12
     status = sqlite3.connect(db).execute("SELECT status FROM runs WHERE id=1").fetchone()[0]
     assert status == ("interrupted" if sig == signal.SIGTERM else "running")
-    r = run_cli("run", "--resume", "1", "--db", db, timeout=240)
+    r = run_cli("run", "--resume", "1", "--db", db, timeout=240, env=env("bbb2222"))
     assert r.returncode == 0, r.stderr
     rows = cells(db)
     shapes = sorted(s for _, _, s, _, _ in rows)
     assert shapes == sorted(f"8x{n}" for n in range(1, 13))  # each cell exactly once
     assert all(st == "ok" for *_, st, _ in rows)
+    con = sqlite3.connect(db)
+    commits = [c for (c,) in con.execute("SELECT git_commit FROM cells ORDER BY id")]
+    assert commits == ["aaa1111"] * len(done) + ["bbb2222"] * (12 - len(done))
+    assert con.execute("SELECT git_commit FROM runs WHERE id=1").fetchone()[0] == "aaa1111"
+    con.close()
 
 
 def cells_or_empty(db):

@@ -61,7 +61,7 @@ def render_report(store, run_id: int | None, out_path: str,
     html = render_template(
         "report.html.j2",
         title=f"fusebench report — run {run_id}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
-        run_id=run_id, info=info, environment=environment(info),
+        run_id=run_id, info=info, environment=environment(info, stored),
         summary=summary_table(sections), sections=sections, status_legend=status_legend(),
         db=store.path, all_csv=csv_data_uri(stored),
     )
@@ -110,14 +110,20 @@ def case_meta(name: str) -> dict:
                 "known": False}
 
 
-def environment(info: dict) -> list[dict]:
-    """The run's identity, software and device, and its timing settings, as titled key-value lists."""
+def environment(info: dict, cells=None) -> list[dict]:
+    """The run's identity, software and device, and its timing settings, as titled key-value lists.
+
+    With the run's `cells`: when they were measured by more than one commit (a run resumed after
+    a change), the commits and their cell counts."""
     ident = ["id", "status", "started", "finished", "git_commit", "fusebench_version", "hostname"]
     software = ["torch", "triton", "cuda", "driver", "python", "platform"]
     device = ["device", "device_name", "device_count"]
     groups = [("run", ident), ("device", device), ("software", software)]
     out = [{"title": t, "items": [(k, info.get(k)) for k in keys if info.get(k) not in (None, "")]}
            for t, keys in groups]
+    if cells is not None and "git_commit" in cells and cells["git_commit"].nunique() > 1:
+        counts = cells["git_commit"].value_counts()
+        out[0]["items"].append(("cells by commit", ", ".join(f"{c}: {n}" for c, n in counts.items())))
     for title, key in (("clocks", "clocks"), ("timing", "timing"), ("request", "request")):
         items = decode_json(info.get(key))
         out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items() if v not in (None, "", [])]})

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Callable
 
 from fusebench.cases import shape_str
+from fusebench.env import git_commit
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
@@ -92,12 +93,14 @@ class Scheduler:
     def __init__(self, store: Store, run_id: int, opts: RunOptions,
                  on_cell: Callable[[Cell, dict | None], None] | None = None):
         self.store, self.run_id, self.opts = store, run_id, opts
+        self.commit = git_commit()  # the code this scheduler's workers run, stored with every cell
         self.on_cell = on_cell or (lambda cell, row: None)
         self.counts: Counter = Counter()
         self.unfinished: list[dict] = []  # rows that did not finish: crashed, timeout, error
 
     # -- recording -------------------------------------------------------------------------------
     def _record(self, cell: Cell, row: dict) -> None:
+        row.setdefault("git_commit", self.commit)
         self.store.add_cell(self.run_id, row)
         self.counts[row["status"]] += 1
         if row["status"] in FAILED:
