@@ -168,12 +168,18 @@ def test_long_rows_with_row_stride(name, mode):
     check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
 
 
-@pytest.mark.parametrize("plan", kpw.TRANSPOSED_PLANS[:2], ids=lambda p: f"{p.block_m}x{p.block_n}")
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_PLANS[:2] + kpw.TRANSPOSED_SMALL_PLANS,
+                         ids=lambda p: f"{p.block_m}x{p.block_n}")
 def test_transposed_output_is_row_major(plan):
     args = inputs("bias_dropout_add_transposed", (70, 130), torch.float32)
     out = kpw.bias_dropout_add_transposed_impl(*args, plan=plan)
     assert out.is_contiguous()
     check("bias_dropout_add_transposed", out, args)
+
+
+def test_transposed_small_tensors_get_small_tiles():
+    assert kpw.transposed_plans(8192, 8192, "cpu") == kpw.TRANSPOSED_PLANS
+    assert set(kpw.TRANSPOSED_SMALL_PLANS) <= set(kpw.transposed_plans(70, 130, "cpu"))
 
 
 @pytest.mark.parametrize("name", ["pointwise_chain", "bias_dropout_add"])

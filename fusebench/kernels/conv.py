@@ -337,7 +337,8 @@ def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: st
             path = paths[0]
         else:
             path = fastest(_choice_key(shape8, x.dtype, bias is not None, residual is not None, relu),
-                           {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths})
+                           {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths},
+                           device=x.device)
     if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
         path = "igemm"
     if path == "igemm" and x.numel() >= 2**31:
@@ -427,5 +428,5 @@ def conv_bn(x, w, mean, var, gamma, beta, stride: int):
     n, cin, h, wd = x.shape
     key = _bn_choice_key((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype))
     ways = {"bn-epilogue": bn_epilogue, "folded": folded}
-    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways)
+    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device)
     return bn_epilogue() if way == "bn-epilogue" else folded()
