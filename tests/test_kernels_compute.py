@@ -112,6 +112,7 @@ def test_gemm_splitk(k, dtype):
     ref = torch.relu(a.double() @ b.double() + bias.double() + res.double())
     err = (out.double() - ref).abs()
     assert (err <= 2e-3 * ref.abs().max() + 1e-2 * ref.abs()).all(), err.max()
+    assert kmm.splitk_slices(37, 45, k) == ((256, 2) if k == 300 else (512, 2))  # what ran above
     assert kmm.splitk_count(128, 8192, 8192) >= 1 and kmm.splitk_count(8192, 8192, 8192) == 1
 
 

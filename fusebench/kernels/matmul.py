@@ -347,8 +347,9 @@ def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, str
 
 
 def splitk_count(M: int, N: int, K: int) -> int:
-    """K-slices for a skinny problem: enough to give about two programs per SM with 128x128 tiles,
-    each slice at least 512 deep; 1 (no split) when the tiles alone fill the GPU."""
+    """K-slices for a skinny problem: doubled while the 128x128 tiles times the slices stay within
+    two programs per SM and each slice is at least 512 deep (16 at most); 1 (no split) when the
+    tiles alone fill the GPU."""
     tiles, sms = triton.cdiv(M, 128) * triton.cdiv(N, 128), num_sms()
     splits = 1
     while tiles * splits * 2 <= 2 * sms and K // (splits * 2) >= 512 and splits < 16:
@@ -356,11 +357,17 @@ def splitk_count(M: int, N: int, K: int) -> int:
     return splits
 
 
-def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, splits):
+def splitk_slices(M: int, N: int, K: int) -> tuple[int, int]:
+    """(depth of a K-slice, number of slices) that the split-K path uses: at least two slices
+    (it may be forced on any shape), each a whole number of 128-deep steps (so of every BLOCK_K)."""
+    k_per_split = triton.cdiv(triton.cdiv(K, max(2, splitk_count(M, N, K))), 128) * 128
+    return k_per_split, triton.cdiv(K, k_per_split)
+
+
+def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags):
     M, K = a.shape
     N = b.shape[1]
-    k_per_split = triton.cdiv(triton.cdiv(K, splits), 128) * 128  # whole BLOCK_K steps in every slice
-    splits = triton.cdiv(K, k_per_split)
+    k_per_split, splits = splitk_slices(M, N, K)
     ws = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
     _gemm_splitk_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)](
         a, b, ws, M, N, K, k_per_split, splits, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
@@ -400,10 +407,11 @@ def gemm_impl_for(a, b, c, res=None) -> str:
     """ "ptr", "tma", "splitk", or "auto" (several apply: time them) for these operands under GEMM_IMPL."""
     if GEMM_IMPL in ("ptr", "splitk"):
         return GEMM_IMPL
+    tma = _tma_ok(a, b, c, res)
+    if GEMM_IMPL == "tma":
+        return "tma" if tma else "ptr"
     skinny = splitk_count(a.shape[0], b.shape[1], a.shape[1]) > 1 and not interpreting()
-    if not _tma_ok(a, b, c, res):
-        return "auto" if skinny else "ptr"
-    return "tma" if GEMM_IMPL == "tma" else "auto"
+    return "auto" if tma or skinny else "ptr"
 
 
 def _choice_key(a, b, c):
@@ -442,7 +450,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
         impl = fastest(_choice_key(a, b, c), candidates, device=a.device)
     if impl == "splitk":
-        return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags, max(2, splitk_count(M, N, K)))
+        return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags)
     if impl == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
         b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
@@ -562,7 +570,7 @@ def _describe_gemm(shape, dtype):
     note = precision_note(dtype)
     m, n, k = shape[:3]
     if GEMM_IMPL == "splitk":
-        return f"{note}, split-K GEMM ({max(2, splitk_count(m, n, k))} slices) + epilogue in the reduction"
+        return f"{note}, split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"
     if GEMM_IMPL == "tma" and dtype != torch.float32 and has_tensor_descriptors():
         return f"{note}, TMA GEMM + fused epilogue"
     # the case's operands are contiguous: the key the wrapper used
@@ -570,7 +578,7 @@ def _describe_gemm(shape, dtype):
     if rec and GEMM_IMPL == "auto":
         times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
         what = {"ptr": "tiled GEMM (pointer loads) + fused epilogue", "tma": "TMA GEMM + fused epilogue",
-                "splitk": f"split-K GEMM ({max(2, splitk_count(m, n, k))} slices) + epilogue in the reduction"}
+                "splitk": f"split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"}
         return f"{note}, {what[rec[0]]} (fastest of the kernels timed here: {times})"
     return f"{note}, tiled GEMM (pointer loads) + fused epilogue"
 
