@@ -91,9 +91,16 @@ def _staging_bytes(c, elem_size: int) -> int:
 
 
 def _fit_smem(configs, elem_size: int):
-    """The configs whose pipeline staging fits SMEM_STAGING_LIMIT, or else the smallest one."""
-    return ([c for c in configs if _staging_bytes(c, elem_size) <= SMEM_STAGING_LIMIT]
-            or [min(configs, key=lambda c: _staging_bytes(c, elem_size))])
+    """The configs whose pipeline staging fits SMEM_STAGING_LIMIT; when none does, the smallest
+    one with its pipeline made shallower until it fits (fp32 tiles are twice fp16's bytes)."""
+    fits = [c for c in configs if _staging_bytes(c, elem_size) <= SMEM_STAGING_LIMIT]
+    if fits:
+        return fits
+    c = min(configs, key=lambda c: _staging_bytes(c, elem_size))
+    stages = c.num_stages
+    while stages > 1 and _staging_bytes(c, elem_size) * stages // c.num_stages > SMEM_STAGING_LIMIT:
+        stages -= 1
+    return [triton.Config(dict(c.kwargs), num_stages=stages, num_warps=c.num_warps)]
 
 
 def _prune_gemm(configs, named_args, **kwargs):
