@@ -118,6 +118,26 @@ LONG_PLANS = {
     "loop_pipelined": utils.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
     "split": utils.split_plan(700, 64),  # 11 programs per row, the last one ragged
 }
+# the horizontal kernels also stream several rows side by side in their looped plans
+HORIZONTAL_LOOPS = {
+    "loop_rows": utils.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
+    "loop_rows_pipelined": utils.loop_plan(128, 4, rows=4, grid=1, stages=2),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("mode", list(HORIZONTAL_LOOPS))
+@pytest.mark.parametrize("name", ["horizontal_reduction_pointwise", "horizontal_reduction_reduction"])
+def test_horizontal_looped_row_groups(name, mode, dtype):
+    args = inputs(name, (3, 700), dtype, seed=2)
+    check(name, IMPL[name](*args, plan=HORIZONTAL_LOOPS[mode]), args)
+
+
+def test_horizontal_plans_loop_short_rows():
+    # rows that fit on chip (1024 .. MAX_ONCHIP columns) also get looped candidates; shorter ones do not
+    modes = [p.mode for p in khor.horizontal_plans(4096, 4096, "cuda" if ON_GPU else "cpu")]
+    assert modes[0] == "tile" and "loop" in modes and "coop" not in modes
+    assert all(p.mode == "tile" for p in khor.horizontal_plans(4096, 512, DEVICE))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])

@@ -28,6 +28,12 @@ from fusebench.kernels.registry import triton_kernel
 
 
 @triton.jit
+def _add_max(s1, m1, s2, m2):
+    # combine (sum, max) pairs: the two reductions of horizontal_reduction_reduction as one
+    return s1 + s2, tl.maximum(m1, m2)
+
+
+@triton.jit
 def _horizontal_tile_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, stride_an,
                             WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -43,40 +49,49 @@ def _horizontal_tile_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
     if WITH_COS:
         tl.store(cos_ptr + row0 * N + r[:, None] * N + c[None, :], tl.cos(a).to(cos_ptr.dtype.element_ty),
                  mask=mask)
-    tl.store(sum_ptr + row0 + r, tl.sum(a, 1).to(sum_ptr.dtype.element_ty), mask=rmask)
     if WITH_MAX:
-        amax = tl.max(tl.where(mask, a, float("-inf")), 1)
+        # both reductions in one tree: one exchange between warps instead of two
+        total, amax = tl.reduce((a, tl.where(mask, a, float("-inf"))), 1, _add_max)
         tl.store(max_ptr + row0 + r, amax.to(max_ptr.dtype.element_ty), mask=rmask)
+    else:
+        total = tl.sum(a, 1)
+    tl.store(sum_ptr + row0 + r, total.to(sum_ptr.dtype.element_ty), mask=rmask)
 
 
 @triton.jit
 def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, stride_an,
                             WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
-                            BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_am = stride_am // ALIGN * ALIGN
-    # Rows pid, pid + P, ... (P = the grid size), one pass each: per-lane sums (and maxima)
-    # over the row's chunks.
+    # Groups of BLOCK_M rows pid, pid + P, ... (P = the grid size), one pass each: per-lane
+    # sums (and maxima) over the rows' chunks of BLOCK_N columns, reduced across lanes at the end.
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
-        row = (pid + i * n_prog).to(tl.int64)
-        a_row = a_ptr + row * stride_am
-        cos_row = cos_ptr + row * N
-        c = tl.arange(0, BLOCK_N)
-        acc_sum = tl.zeros([BLOCK_N], tl.float32)
-        acc_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog)):
+        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
+        rmask = r < M - row0
+        a_rows = a_ptr + row0 * stride_am + r[:, None] * stride_am  # (BLOCK_M, 1) row starts
+        cos_rows = cos_ptr + row0 * N + r[:, None] * N
+        acc_sum = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_max = tl.full([BLOCK_M, BLOCK_N], float("-inf"), tl.float32)
         for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
-            a = tl.load(a_row + cols * stride_an, mask=cols < N, other=0.0).to(tl.float32)
+            mask = rmask[:, None] & (cols < N)[None, :]
+            a = tl.load(a_rows + cols[None, :] * stride_an, mask=mask, other=0.0).to(tl.float32)
             if WITH_COS:
-                tl.store(cos_row + cols, tl.cos(a).to(cos_ptr.dtype.element_ty), mask=cols < N)
+                tl.store(cos_rows + cols[None, :], tl.cos(a).to(cos_ptr.dtype.element_ty), mask=mask)
             acc_sum += a
             if WITH_MAX:
-                acc_max = tl.maximum(acc_max, tl.where(cols < N, a, float("-inf")))
-        tl.store(sum_ptr + row, tl.sum(acc_sum, 0).to(sum_ptr.dtype.element_ty))
+                acc_max = tl.maximum(acc_max, tl.where(mask, a, float("-inf")))
         if WITH_MAX:
-            tl.store(max_ptr + row, tl.max(acc_max, 0).to(max_ptr.dtype.element_ty))
+            total, amax = tl.reduce((acc_sum, acc_max), 1, _add_max)
+            tl.store(max_ptr + row0 + r, amax.to(max_ptr.dtype.element_ty), mask=rmask)
+        else:
+            total = tl.sum(acc_sum, 1)
+        tl.store(sum_ptr + row0 + r, total.to(sum_ptr.dtype.element_ty), mask=rmask)
 
 
 @triton.jit
@@ -128,8 +143,9 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
         _horizontal_tile_kernel[grid](a, out_sum, out_max, out_cos, M, N, sam, san,
                                       BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)
     elif plan.mode == "loop":
-        _horizontal_loop_kernel[(plan.grid or M,)](a, out_sum, out_max, out_cos, M, N, sam, san,
-                                                   BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
+        _horizontal_loop_kernel[(plan.grid or utils.cdiv(M, plan.block_m),)](
+            a, out_sum, out_max, out_cos, M, N, sam, san,
+            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
     else:  # split (the long-row plans of utils.row_plans other than loop)
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
         _horizontal_split_kernel[(M * plan.splits,)](
@@ -137,9 +153,22 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
             BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), **flags)
 
 
-def horizontal_plans(M, N, device, **kw):
-    """utils.row_plans without the cooperative ones: these cases read each row once anyway."""
-    return [p for p in utils.row_plans(M, N, device, **kw) if p.mode != "coop"]
+def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
+    """utils.row_plans without the cooperative ones (these cases read each row once anyway).
+
+    Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
+    too: a few rows per program streamed in 1-2 K-column steps into per-lane accumulators and
+    reduced across lanes once per row (the shape of Inductor's looped reductions), with one
+    program per group of rows or a persistent, pipelined grid."""
+    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
+    if 1024 <= N <= max_onchip:
+        sms = utils.num_sms(device)
+        plans += [utils.loop_plan(step, warps, rows=rows, grid=grid, stages=stages)
+                  for rows, step, warps, grid, stages in [
+                      (1, 2048, 8, 0, None), (1, 1024, 4, 0, None), (2, 1024, 8, 0, None), (4, 1024, 8, 0, None),
+                      (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
+                  if step <= utils.next_pow2(N)]
+    return utils.unique(plans)
 
 
 def _horizontal(name, a, with_cos, with_max, plan, max_onchip):

@@ -56,7 +56,7 @@ def _gemm_configs():
             _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
             _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
             # grids of about one wave (small M or N, long K): deeper K steps keep more bytes in flight
-            _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4),
+            _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4), _cfg(128, 64, 128, 4, 4),
             _cfg(64, 64, 64, 4, 4),  # last: the smallest footprint, fits even fp32 operands
         ]
     # Ampere and older: the tutorial's space (less shared memory, no wgmma)
@@ -279,9 +279,10 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
 
 
 def _splitk_gpu_configs():
-    # one tile per program and K-slice; small tiles, deep pipelines: these grids are memory-bound
+    # one tile per program and K-slice; deep pipelines: these grids are memory-bound.  Wide tiles
+    # (128x256) read each A slice half as often from L2, for as many B bytes from DRAM.
     return [_cfg(128, 128, 64, 4, 8), _cfg(64, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 64, 128, 4, 4),
-            _cfg(64, 128, 128, 3, 4)]
+            _cfg(64, 128, 128, 3, 4), _cfg(128, 256, 64, 3, 8), _cfg(128, 128, 128, 3, 8)]
 
 
 def _splitk_configs():

@@ -139,7 +139,8 @@ class RowPlan:
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = f", loads pipelined {self.stages} deep" if self.stages else ""
-            return f"looped rows (step {self.block_n}, {self.num_warps} warps{progs}{stages})"
+            rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
+            return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
@@ -161,9 +162,12 @@ def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int
     return RowPlan("tile", block_m, bn, num_warps)
 
 
-def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, stages: int | None = None) -> RowPlan:
-    return RowPlan("loop", 1, block_n, num_warps or num_warps_for(block_n, per_thread=16, lo=4, hi=16), grid=grid,
-                   stages=stages)
+def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, stages: int | None = None,
+              rows: int = 1) -> RowPlan:
+    """Looped rows; `rows` > 1 (kernels that accept it: the horizontal ones) streams that many
+    rows side by side."""
+    return RowPlan("loop", rows, block_n, num_warps or num_warps_for(rows * block_n, per_thread=16, lo=4, hi=16),
+                   grid=grid, stages=stages)
 
 
 def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPlan:
@@ -213,7 +217,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
                 cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
         if tile_prefetch:
             cands += [replace(p, prefetch=True) for p in cands if p.block_m * p.block_n <= 16 * 32 * p.num_warps]
-        return _unique(cands)
+        return unique(cands)
     sms = num_sms(device)
     loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4),
              # pipelined: loads of the next steps in flight (shared memory) while this one is reduced;
@@ -227,7 +231,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
-    return _unique((splits + loops if few_rows else loops + splits) + coops + wide)
+    return unique((splits + loops if few_rows else loops + splits) + coops + wide)
 
 
 @dataclass(frozen=True)
@@ -258,10 +262,10 @@ def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 102
         return TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32))
 
     spread = [p for p in map(tile, sizes) if cdiv(M, p.block_m) * cdiv(N, p.block_n) >= min_programs]
-    return _unique(spread or [tile(size) for size in (1024, 512, 256)])
+    return unique(spread or [tile(size) for size in (1024, 512, 256)])
 
 
-def _unique(items: list[T]) -> list[T]:
+def unique(items: list[T]) -> list[T]:
     seen, out = set(), []
     for it in items:
         if it not in seen:
