@@ -316,6 +316,27 @@ def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
     out.print(t)
 
 
+@app.command()
+@bad_input_is_exit_2
+def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="Stores whose runs to copy."),
+          db: Optional[str] = typer.Option(None, help="Results database to copy them into (created if absent).")):
+    """Copy every run of other stores into one (new run ids), e.g. runs made by separate processes."""
+    from fusebench.store import Store, default_db_path
+
+    # check every source before anything is written
+    opened = [Store.open(src, create=False) for src in sources]
+    store = Store.open(db or default_db_path())
+    try:
+        for src in opened:
+            mapping = store.merge_from(src)
+            moved = ", ".join(f"{old} -> {new}" for old, new in mapping.items()) or "no runs"
+            out.print(f"{src.path}: runs {moved}", highlight=False)
+    finally:
+        for src in opened:
+            src.close()
+        store.close()
+
+
 def main() -> None:
     try:
         app()

@@ -257,5 +257,32 @@ class Store:
         return pd.read_sql_query("SELECT * FROM cells WHERE run_id=? ORDER BY id", self.con, params=(run_id,))
 
 
+    # -- merging -----------------------------------------------------------------------------------
+    def merge_from(self, other: "Store") -> dict[int, int]:
+        """Copy every run of `other` (its cells included) into this store under new run ids, in one
+        transaction: all of them or, on any error, none.  Returns {old run id: new run id}.
+
+        For runs measured by separate processes into separate files (several machines, or GPUs
+        with their own stores), so that one report or comparison can see them all.  Columns this
+        store has and `other` lacks (an older schema) are left NULL."""
+        if os.path.samefile(self.path, other.path):
+            raise StoreError(f"cannot merge {other.path} into itself")
+        columns = {t: [r[1] for r in other.con.execute(f"PRAGMA table_info({t})")] for t in ("runs", "cells")}
+        mine = {t: {r[1] for r in self.con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "cells")}
+        run_cols = [c for c in columns["runs"] if c in mine["runs"] and c != "id"]
+        cell_cols = [c for c in columns["cells"] if c in mine["cells"] and c not in ("id", "run_id")]
+        mapping: dict[int, int] = {}
+        with self.con:  # one transaction
+            for row in other.con.execute(f"SELECT id, {', '.join(run_cols)} FROM runs ORDER BY id").fetchall():
+                cur = self.con.execute(f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' * len(run_cols))})",
+                                       row[1:])
+                mapping[row[0]] = int(cur.lastrowid)
+                cells = other.con.execute(f"SELECT {', '.join(cell_cols)} FROM cells WHERE run_id=? ORDER BY id", (row[0],))
+                self.con.executemany(
+                    f"INSERT INTO cells (run_id, {', '.join(cell_cols)}) VALUES (?, {', '.join('?' * len(cell_cols))})",
+                    ((mapping[row[0]], *cell) for cell in cells))
+        return mapping
+
+
 def default_db_path() -> str:
     return os.environ.get("FUSEBENCH_DB", "fusebench.db")

@@ -1,6 +1,9 @@
 """The command line: bad input gives one line and exit status 2, and changes nothing stored."""
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -112,3 +115,22 @@ def test_bad_request_creates_no_store(tmp_path):
         r = invoke(*args, "--db", str(db))
         assert r.exit_code == 2, r.output
     assert not db.exists()
+
+
+def test_merge_command(stored_run, tmp_path):
+    a, b = stored_run, str(tmp_path / "b.db")
+    assert invoke("run", "softmax", "--shapes", "8x8", "--impl", "eager", "--db", b, "--no-isolate",
+                  "--metrics", "none").exit_code == 0
+    r = invoke("merge", b, "--db", a)
+    assert r.exit_code == 0 and "runs 1 -> 2" in r.output, r.output
+    r = invoke("merge", str(tmp_path / "missing.db"), "--db", a)  # checked before anything is written
+    assert r.exit_code == 2 and "no results database" in r.output
+    assert "2" in invoke("runs", "--db", a).output
+
+
+def test_python_dash_m_runs_the_cli():
+    # `python -m fusebench` works from a checkout without the console script (PYTHONPATH only)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    r = subprocess.run([sys.executable, "-m", "fusebench", "list"], capture_output=True, text=True, env=env, cwd=root)
+    assert r.returncode == 0 and "softmax" in r.stdout, r.stderr

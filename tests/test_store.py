@@ -49,3 +49,25 @@ def test_old_store_gains_new_columns(db):
     s = Store.open(db)
     cols = {r[1] for r in s.con.execute("PRAGMA table_info(cells)")}
     assert "pct_roofline" in cols
+
+
+def _store_with_run(path, time_us):
+    s = Store.open(str(path))
+    run = s.start_run({"device": "cpu"}, {"cases": ["softmax"]}, {"rep_ms": 1})
+    for impl in ("eager", "triton"):
+        s.add_cell(run, dict(case_name="softmax", impl=impl, shape="4x4", dtype="fp32", device="cpu",
+                             status="ok", time_us=time_us))
+    s.finish_run(run)
+    return s
+
+
+def test_merge_copies_runs_under_new_ids(tmp_path):
+    dst = _store_with_run(tmp_path / "a.db", 1.0)
+    src = _store_with_run(tmp_path / "b.db", 2.0)
+    _store_with_run(tmp_path / "b.db", 3.0).close()  # b.db now holds runs 1 and 2
+    assert dst.merge_from(src) == {1: 2, 2: 3}
+    assert list(dst.runs().cells) == [2, 2, 2]
+    assert list(dst.cells(3).time_us) == [3.0, 3.0] and dst.run_info(3)["status"] == "done"
+    assert list(dst.cells(1).time_us) == [1.0, 1.0]  # what was there is untouched
+    with pytest.raises(StoreError, match="into itself"):
+        dst.merge_from(Store.open(str(tmp_path / "a.db")))
