@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The compute-bound cases: the matmul-epilogue grids (fp16 and bf16) with torch.mm alone as the
-# same-run ceiling, attention at seqlen >= 2048 against every SDPA backend, and the quick shapes of
+# same-run ceiling and cuBLASLt's fused epilogue (`cublaslt`; not yet measured), attention at seqlen >= 2048 against every SDPA backend, and the quick shapes of
 # back-to-back GEMM and the conv epilogues; one HTML report per run.  On four H200s (GPUS=all, one
 # worker per GPU) session 4 measured each matmul grid (576 cells) in about 2 min 50 s on three
 # GPUs, each attention dtype (48 cells) in about 70 s and the conv/b2b run (36 cells) in 53 s on one.
@@ -14,8 +14,8 @@ ATTN=4x16x2048x128x0,4x16x2048x128x1,4x16x4096x128x0,4x16x4096x128x1,1x16x8192x1
 fusebench ceilings --db "$DB"
 for dt in fp16 bf16; do
     fusebench run matmul_add matmul_relu matmul_add_relu --shapes grid --dtype "$dt" \
-        --impl eager,triton,torch-mm --gpus "$GPUS" --db "$DB"
-    fusebench report --db "$DB" -o "$PREFIX-matmul-$dt.html" --pair triton/eager --pair triton/torch-mm
+        --impl eager,triton,torch-mm,cublaslt --gpus "$GPUS" --db "$DB"
+    fusebench report --db "$DB" -o "$PREFIX-matmul-$dt.html" --pair triton/eager --pair triton/torch-mm --pair triton/cublaslt
 done
 for dt in fp16 bf16; do
     fusebench run attention --shapes "$ATTN" --dtype "$dt" --gpus "$GPUS" --db "$DB" \

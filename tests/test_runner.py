@@ -27,6 +27,26 @@ def test_torch_mm_ceiling_is_timed_but_never_checked(db):
     assert (df[(df.impl == "torch-mm") & (df.case_name == "softmax")].status == "unsupported").all()
 
 
+@pytest.mark.parametrize("name", ["matmul_add", "matmul_relu", "matmul_add_relu"])
+def test_cublaslt_computes_each_epilogue_case(name):
+    # the same addmm calls on the CPU (cuBLASLt itself needs a GPU): each is the case, not a part of it
+    from fusebench.cases import get_case
+    from fusebench.impls.cublaslt import epilogue_fn
+
+    case = get_case(name)
+    args = case.make_inputs((40, 24, 56), torch.float32, "cpu", 0)
+    got = epilogue_fn(name, 24, torch.float32, "cpu")(*args)
+    torch.testing.assert_close(got, case.fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_cublaslt_is_gpu_only_and_epilogue_cases_only(db):
+    df = fusebench.run(["matmul_add", "softmax"], impls=["cublaslt"], shapes="64x48", db=db, timing=FAST,
+                       device="cpu")
+    reasons = dict(zip(df.case_name, df.reason))
+    assert (df.status == "unsupported").all()
+    assert "CUDA" in reasons["matmul_add"] and "matmul-epilogue" in reasons["softmax"]
+
+
 def test_user_case_gets_every_implementation(db):
     @fusebench.case(inputs=lambda s, dt, dev, seed: (fusebench.randn(s, dt, dev, seed),), shapes=[(16, 24)],
                     bytes_model=lambda s, dt: 2 * s[0] * s[1] * 4)

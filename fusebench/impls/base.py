@@ -73,6 +73,7 @@ def _load() -> None:
     import fusebench.impls.triton_impl  # noqa: F401
     import fusebench.impls.sdpa  # noqa: F401
     import fusebench.impls.ceiling  # noqa: F401
+    import fusebench.impls.cublaslt  # noqa: F401
 
 
 def get_impl(name: str) -> Implementation:
