@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The compute-bound cases: the matmul-epilogue grids (fp16 and bf16) with torch.mm alone as the
-# same-run ceiling and cuBLASLt's fused epilogue (`cublaslt`; not yet measured), attention at seqlen >= 2048 against every SDPA backend, and the quick shapes of
-# back-to-back GEMM and the conv epilogues; one HTML report per run.  On four H200s (GPUS=all, one
+# same-run ceiling and cuBLASLt's fused epilogue (`cublaslt`, not yet measured), attention at
+# seqlen >= 2048 against every SDPA backend, and the quick shapes of back-to-back GEMM and the
+# conv epilogues; one HTML report per run.  On four H200s (GPUS=all, one
 # worker per GPU) session 4 measured each matmul grid (576 cells) in about 2 min 50 s on three
 # GPUs, each attention dtype (48 cells) in about 70 s and the conv/b2b run (36 cells) in 53 s on one.
 #
