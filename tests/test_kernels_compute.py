@@ -17,7 +17,6 @@ from fusebench.kernels import KERNELS
 import fusebench.kernels.attention as katt
 import fusebench.kernels.conv as kconv
 import fusebench.kernels.matmul as kmm
-import fusebench.kernels.utils as utils
 
 # tests/conftest.py sets TRITON_INTERPRET=1 before anything imports a kernel when there is no GPU.
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
@@ -141,30 +140,6 @@ def test_prune_splitk():
     assert _tiles(kmm._prune_splitk(huge, {"a_ptr": fp32, "M": 4096})) == [(128, 256, 128, 1)]
     assert _tiles(kmm._prune_splitk(huge[:1], {"a_ptr": fp32, "M": 16})) == [(256, 256, 128, 1)]
     assert _tiles(kmm._prune_splitk([configs[0], configs[-1]], {"a_ptr": fp32, "M": 128})) == [(128, 128, 64, 3)]
-
-
-def test_candidates_are_timed_in_interleaved_rounds(monkeypatch):
-    # A GPU clock ramping up makes every call faster than the one before: timed one after the other,
-    # the first candidate would look slowest.  Rounds interleave the candidates and keep each one's
-    # best round; a candidate that raises is dropped and reported.
-    calls = []
-    clock = iter(range(100, 0, -1))
-
-    def fake_gpu_time_ms(fn, device, budget_ms):
-        fn()
-        return next(clock) * (2.0 if calls[-1] == "slow" else 1.0)
-
-    monkeypatch.setattr(utils, "gpu_time_ms", fake_gpu_time_ms)
-
-    def broken():
-        calls.append("broken")
-        raise RuntimeError("out of resource: shared memory")
-
-    launches = {"fast": lambda: calls.append("fast"), "slow": lambda: calls.append("slow"), "broken": broken}
-    times, errors = utils.time_candidates(launches, "cuda:0", budget_ms=6.0, rounds=3)
-    assert calls == ["fast", "slow", "broken", "fast", "slow", "fast", "slow"]
-    assert times == {"fast": 96.0, "slow": 2 * 95.0} and list(errors) == ["broken"]
-    assert "shared memory" in errors["broken"]
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the candidates are timed")
@@ -344,17 +319,3 @@ def test_gpu_conv(dtype, monkeypatch, few_configs):
             for path in _conv_paths(shape):
                 monkeypatch.setattr(kconv, "CONV_PATH", path)
                 run_case(name, shape, dtype)
-
-
-def test_autotune_keeps_the_fastest_and_logs_every_time(monkeypatch, tmp_path):
-    launched = []
-    speed = {"a": 3.0, "b": 1.0, "c": 2.0}
-    monkeypatch.setattr(utils, "autotune_enabled", lambda device: True)
-    monkeypatch.setattr(utils, "gpu_time_ms", lambda fn, device, budget_ms: (fn(), speed[launched[-1]])[1])
-    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(tmp_path / "tune.log"))
-    key = ("test_autotune_keeps_the_fastest", id(launched))
-    assert utils.autotune(key, ["a", "b", "c"], launched.append, "cuda:0") == "b"
-    assert launched == ["a", "b", "c"] * 3
-    assert utils.autotune(key, ["a", "b", "c"], launched.append, "cuda:0") == "b" and len(launched) == 9  # cached
-    log = (tmp_path / "tune.log").read_text()
-    assert "1.0000 ms  b" in log and "3.0000 ms  a" in log

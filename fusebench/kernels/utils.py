@@ -31,9 +31,8 @@ Heuristics (documented here once, used by every memory-bound kernel):
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
   length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
 * The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
-  timing as the cells: L2 flushed, host launch cost kept out; the candidates in interleaved
-  rounds, so that clocks still ramping up do not favour the last ones) and keeps the fastest for
-  that key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
+  timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
+  key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
 """
 from __future__ import annotations
 
@@ -299,9 +298,9 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     `candidates` may be a function that lists them, called only when `key` has no choice yet (it
     keeps the host's per-call cost low once a shape is tuned).
 
-    On a GPU the first call for a key times `launch(c)` for every candidate (time_candidates:
-    interleaved rounds of gpu_time_ms, the cells' own timing) and keeps the fastest for later
-    calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
+    On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
+    of a few runs, timed as cells are, see gpu_time_ms) and keeps the fastest
+    for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
     A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
     if key in _TUNED:
         _LAST_CHOICE[0] = _TUNED[key]
@@ -311,40 +310,26 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     if len(candidates) == 1 or not autotune_enabled(device):
         _LAST_CHOICE[0] = candidates[0]
         return candidates[0]
-    times, errors = time_candidates({i: functools.partial(launch, c) for i, c in enumerate(candidates)}, device)
-    if not times:
-        raise RuntimeError("no candidate config ran: " + "; ".join(f"{candidates[i]}: {e}" for i, e in errors.items()))
-    best = candidates[min(times, key=times.__getitem__)]  # the earlier candidate on a tie
+    best, best_ms, errors, timings = None, float("inf"), [], []
+    for cand in candidates:
+        try:
+            ms = gpu_time_ms(lambda: launch(cand), device)
+        except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
+            errors.append(f"{cand}: {type(exc).__name__}: {exc}")
+            continue
+        timings.append((cand, ms))
+        if ms < best_ms:
+            best, best_ms = cand, ms
+    if best is None:
+        raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     _TUNED[key] = best
     _LAST_CHOICE[0] = best
     log_path = os.environ.get("FUSEBENCH_AUTOTUNE_LOG")
     if log_path:  # a file to append each decision to, with every candidate's time
         with open(log_path, "a") as f:
-            f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {candidates[i]}\n" for i, ms in times.items()) + "".join(
-                f"    failed: {candidates[i]}: {e}\n" for i, e in errors.items()))
+            f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
+                f"    failed: {e}\n" for e in errors))
     return best
-
-
-def time_candidates(launches: dict[Hashable, Callable[[], object]], device, budget_ms: float = 5.0,
-                    rounds: int = 3) -> tuple[dict[Hashable, float], dict[Hashable, str]]:
-    """GPU time in ms of each zero-argument launch, and the error of each that raised.
-
-    The candidates are timed in `rounds` interleaved rounds (A B C, A B C, ...), each round a
-    `budget_ms / rounds` share of gpu_time_ms, and a candidate's time is the least of its round
-    medians.  A GPU whose clocks are still ramping up at the first call of a shape (its cells are
-    then measured warm), or drifting, weighs on every candidate alike rather than on the ones
-    timed first.  A candidate that raises (e.g. out of shared memory) is not timed again."""
-    times: dict[Hashable, list[float]] = {k: [] for k in launches}
-    errors: dict[Hashable, str] = {}
-    for _ in range(rounds):
-        for k, fn in launches.items():
-            if k in errors:
-                continue
-            try:
-                times[k].append(gpu_time_ms(fn, device, budget_ms / rounds))
-            except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
-                errors[k] = f"{type(exc).__name__}: {exc}"
-    return {k: min(v) for k, v in times.items() if v and k not in errors}, errors
 
 
 def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
