@@ -256,7 +256,6 @@ class Store:
         self.run_info(run_id)  # raises if absent
         return pd.read_sql_query("SELECT * FROM cells WHERE run_id=? ORDER BY id", self.con, params=(run_id,))
 
-
     # -- merging -----------------------------------------------------------------------------------
     def merge_from(self, other: "Store") -> dict[int, int]:
         """Copy every run of `other` (its cells included) into this store under new run ids, in one
