@@ -45,7 +45,7 @@ def _horizontal_tile_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
     rmask = r < M - row0
     mask = rmask[:, None] & (c < N)[None, :]
     a = tl.load(a_ptr + row0 * stride_am + r[:, None] * stride_am + c[None, :] * stride_an,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
     if WITH_COS:
         tl.store(cos_ptr + row0 * N + r[:, None] * N + c[None, :], tl.cos(a).to(cos_ptr.dtype.element_ty),
                  mask=mask)
@@ -80,7 +80,8 @@ def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
         for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
             cols = start + c
             mask = rmask[:, None] & (cols < N)[None, :]
-            a = tl.load(a_rows + cols[None, :] * stride_an, mask=mask, other=0.0).to(tl.float32)
+            a = tl.load(a_rows + cols[None, :] * stride_an, mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
             if WITH_COS:
                 tl.store(cos_rows + cols[None, :], tl.cos(a).to(cos_ptr.dtype.element_ty), mask=mask)
             acc_sum += a
@@ -104,7 +105,8 @@ def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, ws_ptr, count_ptr
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    a = tl.load(a_ptr + row * stride_am + cols * stride_an, mask=cols < N, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + row * stride_am + cols * stride_an, mask=cols < N, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
     if WITH_COS:
         tl.store(cos_ptr + row * N + cols, tl.cos(a).to(cos_ptr.dtype.element_ty), mask=cols < N)
     # Partials: ws[pid, 0] = chunk sum, ws[pid, 1] = chunk max.
