@@ -134,7 +134,7 @@ def main(argv=None) -> int:
                 continue
             us = timed(f"tma {cfg}", _tma_call(a, b, c, cfg))
             print(f"  tma {str(cfg):28s} {us:8.1f}  {mm_us / us:5.2f}x mm  {eager_us / us:5.2f}x eager")
-        del a, b, c, ref
+        a = b = c = ref = None  # free before the next shape
         torch.cuda.empty_cache()
     if out:
         out.close()
