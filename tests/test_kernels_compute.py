@@ -142,6 +142,23 @@ def test_prune_splitk():
     assert _tiles(kmm._prune_splitk([configs[0], configs[-1]], {"a_ptr": fp32, "M": 128})) == [(128, 128, 64, 3)]
 
 
+def test_prune_gemm(monkeypatch):
+    # large grids keep only big tiles; grids of under two waves of big tiles keep every config
+    # that fits the matrix (the 128x256 tile among them: the fastest at M = 256-2048, long K)
+    monkeypatch.setattr(kmm, "num_sms", lambda *a: 132)
+    configs = [kmm._cfg(128, 256, 64, 3, 8), kmm._cfg(128, 128, 64, 4, 8), kmm._cfg(64, 128, 64, 4, 4),
+               kmm._cfg(64, 64, 128, 6, 4)]
+    fp16 = torch.empty(1, dtype=torch.float16)
+
+    def prune(m, n):
+        return _tiles(kmm._prune_gemm(configs, {"a_ptr": fp16, "M": m, "N": n}))
+
+    assert prune(8192, 8192) == _tiles(configs[:2])
+    assert prune(256, 16384) == _tiles(configs)
+    assert prune(64, 8192) == _tiles(configs[2:])  # no 128-row tile for 64 rows
+    assert prune(4096, 64) == [(64, 64, 128, 6)]
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the candidates are timed")
 def test_fastest_untimed_on_cpu():
     # under the interpreter / without CUDA the first candidate is used, untimed and not recorded

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels.utils import gpu_time_ms
+from fusebench.measure.timing import TimingSettings, time_call
 
 
 def interpreting() -> bool:
@@ -107,15 +108,23 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-def _quick_bench(fn, quantiles=None):
-    # 10 ms warm-up, 30 ms of timed runs per config: enough to rank configs, a quarter of the default
-    return triton.testing.do_bench(fn, warmup=10, rep=30, quantiles=quantiles)
+def _config_bench(fn, quantiles=None):
+    """Time one autotuning config as the cells are timed (measure.timing: L2 flushed, the GPU spun
+    before each start event so that host launch cost stays out), ~5 ms warm-up and ~20 ms of runs.
+
+    triton.testing.do_bench times back-to-back launches: where a small problem's GPU time is
+    below the Python launch cost (128x4096x4096 GEMM: ~20 us), it ranks configs by host overhead."""
+    st = time_call(fn, f"cuda:{torch.cuda.current_device()}",
+                   TimingSettings(warmup_ms=5.0, rep_ms=20.0, min_reps=5, max_reps=200))
+    ms = {0.5: st.median_us / 1e3, 0.2: st.q20_us / 1e3, 0.8: st.q80_us / 1e3}
+    return [ms.get(q, ms[0.5]) for q in quantiles] if quantiles else ms[0.5]
 
 
 def autotune(configs, key, **kwargs):
-    """triton.autotune with a shorter per-config benchmark where this Triton accepts `do_bench`."""
+    """triton.autotune whose configs are timed as the cells are (_config_bench), where this Triton
+    accepts `do_bench`."""
     if "do_bench" in inspect.signature(triton.autotune).parameters:
-        kwargs.setdefault("do_bench", _quick_bench)
+        kwargs.setdefault("do_bench", _config_bench)
     return triton.autotune(configs=configs, key=key, **kwargs)
 
 

@@ -55,8 +55,11 @@ def _gemm_configs():
         return [
             _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
             _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
-            # grids of about one wave (small M or N, long K): deeper K steps keep more bytes in flight
+            # grids of about one wave (small M or N, long K): deeper K steps or pipelines keep more
+            # bytes in flight; 128x256 at 4 stages was the best pointer config at M = 256-512 with
+            # long K (bench/gemm_configs.py, H200)
             _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4), _cfg(128, 64, 128, 4, 4),
+            _cfg(64, 128, 64, 6, 4), _cfg(128, 64, 64, 6, 4), _cfg(128, 256, 64, 4, 8),
             _cfg(64, 64, 64, 4, 4),  # last: the smallest footprint, fits even fp32 operands
         ]
     # Ampere and older: the tutorial's space (less shared memory, no wgmma)
@@ -78,7 +81,13 @@ def _tma_configs():
             for pers in (True, False)] + [
         _cfg(128, 256, 64, 4, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False),
         _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False),
-        _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)]
+        _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)] + [
+        # M = 128 with long K (a grid of one wave or less): short tiles, 128-deep K steps, deep
+        # pipelines.  On an H200 (bench/gemm_configs.py) 64x64x128 at 6 stages ran 128x4096x4096 in
+        # 19.6 us (torch.mm 19.3) and 64x128x128 at 4 stages 128x8192x8192 in 46.1 us (torch.mm 45.1),
+        # where the best pointer configs took 22.5 and 47.9 us.
+        _cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=False, PERSISTENT=False)
+        for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]]
 
 
 # Operand staging of the software pipeline (num_stages buffers of an A and a B tile) must fit Hopper's
@@ -106,8 +115,11 @@ def _fit_smem(configs, elem_size: int):
 def _prune_gemm(configs, named_args, **kwargs):
     """Drop configs that cannot suit this shape before benchmarking (saves compile time too).
 
-    Large grids: only big tiles (>= 128x128) with at least two waves of tiles.  Small grids:
-    only tiles <= 128x128, and never a tile much taller/wider than the matrix.
+    Never a tile much taller/wider than the matrix.  Large grids (big tiles, >= 128x128, make at
+    least two waves): only those big tiles.  Smaller grids: every config that fits -- tile size
+    does not predict the winner there: on an H200, 256x16384x16384 ran fastest with 128x256 tiles
+    (128 programs, under one wave; 199 us against 218 for the best 128x128 tile), 128x4096x4096
+    with 64x64 (19.6 against 45 us for 128x256).
     """
     M, N = named_args["M"], named_args["N"]
     if len(configs) == 1:
@@ -123,10 +135,7 @@ def _prune_gemm(configs, named_args, **kwargs):
         return triton.cdiv(M, c.kwargs["BLOCK_M"]) * triton.cdiv(N, c.kwargs["BLOCK_N"])
 
     big = [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and tiles(c) >= 2 * sms]
-    if big:
-        return big
-    small = [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 128]
-    return small or fits
+    return big or fits
 
 
 # ------------------------------------------------------------------------------------------------

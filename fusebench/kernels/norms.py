@@ -47,7 +47,7 @@ def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
     c = tl.arange(0, BLOCK_N)
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                mask=mask, other=0.0).to(tl.float32)
     if PREFETCH:  # weight and bias in flight with the rows (see below for the default)
         w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
@@ -174,19 +174,18 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead (see softmax.py)
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
-                    other=0.0, eviction_policy="evict_first").to(tl.float32)
+                    other=0.0).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
-                            eviction_policy="evict_first").to(tl.float32)
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             _layernorm_partial(x, k, cols, N, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
             if PREFETCH:
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
-                                 other=0.0, eviction_policy="evict_first").to(tl.float32)
+                                 other=0.0).to(tl.float32)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
             # weight and bias (from L2) only now: fewer registers live across the barrier
@@ -239,7 +238,7 @@ def _norm_chain_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
     c = tl.arange(0, BLOCK_N)
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                mask=mask, other=0.0).to(tl.float32)
     # The chain as written, on the rows in registers (padding stays 0 through every step).
     x = x * tl.sum(x, 1)[:, None]
     x = x * tl.sum(x, 1)[:, None]
@@ -325,8 +324,7 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stri
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(x, 0))
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))

@@ -58,7 +58,7 @@ def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     # Padding is -inf, which exp() turns into 0 in the sum.
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+                mask=mask, other=float("-inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, 1)[:, None])
     y = e * (1.0 / tl.sum(e, 1))[:, None]
     tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
@@ -164,18 +164,18 @@ def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
-                    other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+                    other=float("-inf")).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N,
-                            other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                            ).to(tl.float32)
             _softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
             if PREFETCH:  # the next row's chunk is in flight while this row's programs meet
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
-                                 other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+                                 other=float("-inf")).to(tl.float32)
             # The chunk stays in registers while the row's programs exchange partials.
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
@@ -225,7 +225,7 @@ def _double_softmax_tile_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride
     c = tl.arange(0, BLOCK_N)
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+                mask=mask, other=float("-inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, 1)[:, None])
     y = e * (1.0 / tl.sum(e, 1))[:, None]
     # Padding has y = 0, which is not -inf: zero its exp explicitly.
@@ -400,8 +400,8 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, 
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N,
-                        other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                        ).to(tl.float32)
             _double_softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 8)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
@@ -457,9 +457,9 @@ def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
     c = tl.arange(0, BLOCK_N)
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     dy = tl.load(dy_ptr + row0 * stride_dym + r[:, None] * stride_dym + c[None, :] * stride_dyn,
-                 mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                 mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :] * stride_yn,
-                mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                mask=mask, other=0.0).to(tl.float32)
     dot = tl.sum(dy * y, 1)
     dx = y * (dy - dot[:, None])
     tl.store(dx_ptr + row0 * stride_dxm + r[:, None] * stride_dxm + c[None, :],
@@ -550,10 +550,8 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, strid
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0,
-                         eviction_policy="evict_first").to(tl.float32)
-            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(dy * y, 0))
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)

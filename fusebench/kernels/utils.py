@@ -30,11 +30,10 @@ Heuristics (documented here once, used by every memory-bound kernel):
   row starts aligned and the mask uniform over each vector, which it knows only for sizes and
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
   length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
-* Cache hints.  Data read once is loaded `evict_first`, data read again (the first pass of a
-  looped row, a bias shared by every row) `evict_last`.  L2 then keeps what it held before
-  the kernel instead of lines that will not be used again -- in a model, the previous kernel's
-  outputs; in a timed cell, the L2 flush's dirty lines, whose write-back a streaming read
-  without the hint pays inside the timed region (Inductor's reductions use the same hint).
+* Cache hints.  The looped kernels load a row's first pass `evict_last` (it is read again) and
+  the last `evict_first`.  horizontal_reduction_reduction, which only reads, loads everything
+  `evict_first`; the kernels that write as much as they read measured slower with that hint
+  (see horizontal.py).
 * The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
   timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
   key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
