@@ -12,7 +12,7 @@ FB="python -m fusebench"
   export CUDA_VISIBLE_DEVICES=0 FUSEBENCH_AUTOTUNE_LOG=$L/autotune-gpu0.log
   timeout -k 10 $(( $(left) - 300 )) python -m pytest -q -m gpu tests/test_kernels_compute.py > $L/gpu-tests.txt 2>&1; echo "tests rc=$?" >> $L/gpu-tests.txt
   for dt in fp16 bf16; do
-    timeout -k 15 $(( $(left) - 30 )) $FB run attention --shapes grid --dtype $dt --impl eager,inductor,triton,sdpa-flash,sdpa-efficient,sdpa-cudnn --gpus 0 --db $OUT/gpu0.db > $L/attn-$dt.txt 2>&1
+    timeout -k 15 $(( $(left) - 30 )) $FB run attention --shapes 4x16x2048x128x0,4x16x2048x128x1,4x16x4096x128x0,4x16x4096x128x1,1x16x8192x128x0,1x16x8192x128x1,8x32x2048x64x0,8x32x2048x64x1 --dtype $dt --impl eager,inductor,triton,sdpa-flash,sdpa-efficient,sdpa-cudnn --gpus 0 --db $OUT/gpu0.db > $L/attn-$dt.txt 2>&1
   done
   timeout -k 15 $(( $(left) - 20 )) $FB run horizontal_reduction_reduction --shapes grid --impl eager,inductor,triton --gpus 0 --db $OUT/gpu0.db > $L/hrr.txt 2>&1
 ) &
