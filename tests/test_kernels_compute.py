@@ -143,8 +143,8 @@ def test_prune_splitk():
 
 
 def test_prune_gemm(monkeypatch):
-    # large grids keep only big tiles; grids of under two waves of big tiles keep every config
-    # that fits the matrix (the 128x256 tile among them: the fastest at M = 256-2048, long K)
+    # outputs of at least four waves of 128x128 tiles keep only big tiles; smaller ones every
+    # config that fits the matrix (the 128x256 tile among them: the fastest at M = 256-2048, long K)
     monkeypatch.setattr(kmm, "num_sms", lambda *a: 132)
     configs = [kmm._cfg(128, 256, 64, 3, 8), kmm._cfg(128, 128, 64, 4, 8), kmm._cfg(64, 128, 64, 4, 4),
                kmm._cfg(64, 64, 128, 6, 4)]
@@ -155,6 +155,7 @@ def test_prune_gemm(monkeypatch):
 
     assert prune(8192, 8192) == _tiles(configs[:2])
     assert prune(256, 16384) == _tiles(configs)
+    assert prune(2048, 4096) == _tiles(configs)  # 512 tiles of 128x128: under four waves
     assert prune(64, 8192) == _tiles(configs[2:])  # no 128-row tile for 64 rows
     assert prune(4096, 64) == [(64, 64, 128, 6)]
 

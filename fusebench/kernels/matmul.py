@@ -115,11 +115,12 @@ def _fit_smem(configs, elem_size: int):
 def _prune_gemm(configs, named_args, **kwargs):
     """Drop configs that cannot suit this shape before benchmarking (saves compile time too).
 
-    Never a tile much taller/wider than the matrix.  Large grids (big tiles, >= 128x128, make at
-    least two waves): only those big tiles.  Smaller grids: every config that fits -- tile size
-    does not predict the winner there: on an H200, 256x16384x16384 ran fastest with 128x256 tiles
+    Never a tile much taller/wider than the matrix.  Large outputs (at least four waves of 128x128
+    tiles): only big tiles (>= 128x128).  Smaller ones: every config that fits -- tile size does
+    not predict the winner there: on an H200, 256x16384x16384 ran fastest with 128x256 tiles
     (128 programs, under one wave; 199 us against 218 for the best 128x128 tile), 128x4096x4096
-    with 64x64 (19.6 against 45 us for 128x256).
+    with 64x64 (19.6 against 45 us for 128x256), 2048x4096x4096 with 128x256 (256 programs, 101 us;
+    the 128x128 tiles' two waves, 111 us).
     """
     M, N = named_args["M"], named_args["N"]
     if len(configs) == 1:
@@ -131,11 +132,9 @@ def _prune_gemm(configs, named_args, **kwargs):
             if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M)) and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
     fits = fits or configs[-1:]
 
-    def tiles(c):
-        return triton.cdiv(M, c.kwargs["BLOCK_M"]) * triton.cdiv(N, c.kwargs["BLOCK_N"])
-
-    big = [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and tiles(c) >= 2 * sms]
-    return big or fits
+    if triton.cdiv(M, 128) * triton.cdiv(N, 128) < 4 * sms:
+        return fits
+    return [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128] or fits
 
 
 # ------------------------------------------------------------------------------------------------
