@@ -57,9 +57,9 @@ def _gemm_configs():
             _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
             # grids of about one wave (small M or N, long K): deeper K steps or pipelines keep more
             # bytes in flight; 128x256 at 4 stages was the best pointer config at M = 256-512 with
-            # long K (bench/gemm_configs.py, H200)
+            # long K, 128x128 at 5 stages at 256x8192x8192 and 512x4096x4096 (bench/gemm_configs.py, H200)
             _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4), _cfg(128, 64, 128, 4, 4),
-            _cfg(64, 128, 64, 6, 4), _cfg(128, 64, 64, 6, 4), _cfg(128, 256, 64, 4, 8),
+            _cfg(64, 128, 64, 6, 4), _cfg(128, 64, 64, 6, 4), _cfg(128, 256, 64, 4, 8), _cfg(128, 128, 64, 5, 8),
             _cfg(64, 64, 64, 4, 4),  # last: the smallest footprint, fits even fp32 operands
         ]
     # Ampere and older: the tutorial's space (less shared memory, no wgmma)
@@ -87,7 +87,9 @@ def _tma_configs():
         # 19.6 us (torch.mm 19.3) and 64x128x128 at 4 stages 128x8192x8192 in 46.1 us (torch.mm 45.1),
         # where the best pointer configs took 22.5 and 47.9 us.
         _cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=False, PERSISTENT=False)
-        for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]]
+        for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]] + [
+        # M = 256-512, N = K = 4096-8192: 64x256 tiles at 5 stages, one of the two best there
+        _cfg(64, 256, 64, 5, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False)]
 
 
 # Operand staging of the software pipeline (num_stages buffers of an A and a B tile) must fit Hopper's
