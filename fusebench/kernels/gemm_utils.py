@@ -14,8 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels.utils import gpu_time_ms
-from fusebench.measure.timing import TimingSettings, time_call
+from fusebench.kernels.utils import gpu_time_ms, gpu_time_stats
 
 
 def interpreting() -> bool:
@@ -114,8 +113,7 @@ def _config_bench(fn, quantiles=None):
 
     triton.testing.do_bench times back-to-back launches: where a small problem's GPU time is
     below the Python launch cost (128x4096x4096 GEMM: ~20 us), it ranks configs by host overhead."""
-    st = time_call(fn, f"cuda:{torch.cuda.current_device()}",
-                   TimingSettings(warmup_ms=5.0, rep_ms=20.0, min_reps=5, max_reps=200))
+    st = gpu_time_stats(fn, "cuda", budget_ms=20.0, warmup_ms=5.0, max_reps=200)
     ms = {0.5: st.median_us / 1e3, 0.2: st.q20_us / 1e3, 0.8: st.q80_us / 1e3}
     return [ms.get(q, ms[0.5]) for q in quantiles] if quantiles else ms[0.5]
 

@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.measure.timing import TimingSettings, time_call
+from fusebench.measure.timing import TimeStats, TimingSettings, time_call
 
 T = TypeVar("T")
 
@@ -336,17 +336,23 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     return best
 
 
-def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
-    """Median GPU time of fn in ms, measured as fusebench measures cells (measure.timing: L2
-    flushed, and a spin before each start event so that the host's launch cost, which exceeds a
-    small kernel's run time, is not what gets compared), over about budget_ms of runs.  time_call's
-    warm-up makes the first call, which compiles.  Used by `autotune` here and by
-    gemm_utils.fastest (choosing between whole GEMM / conv implementations)."""
+def gpu_time_stats(fn: Callable[[], object], device, budget_ms: float = 5.0, warmup_ms: float = 1.0,
+                   max_reps: int = 100) -> TimeStats:
+    """GPU time of fn, measured as fusebench measures cells (measure.timing: L2 flushed, and a
+    spin before each start event so that the host's launch cost, which exceeds a small kernel's
+    run time, is not what gets compared), over about budget_ms of runs (5 to max_reps).
+    time_call's warm-up makes the first call, which compiles."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    settings = TimingSettings(warmup_ms=1.0, rep_ms=budget_ms, min_reps=5, max_reps=100)
-    return time_call(fn, str(dev), settings).median_us / 1e3
+    settings = TimingSettings(warmup_ms=warmup_ms, rep_ms=budget_ms, min_reps=5, max_reps=max_reps)
+    return time_call(fn, str(dev), settings)
+
+
+def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
+    """Median of gpu_time_stats in ms.  Used by `autotune` here and by gemm_utils.fastest
+    (choosing between whole GEMM / conv implementations)."""
+    return gpu_time_stats(fn, device, budget_ms).median_us / 1e3
 
 
 def last_choice() -> object | None:
