@@ -124,9 +124,6 @@ def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stri
     stride_bt0 = stride_bt0 // ALIGN_M * ALIGN_M
     stride_rt0 = stride_rt0 // ALIGN_M * ALIGN_M
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
-    # inp tile (BLOCK_M, BLOCK_N), contiguous along N.
-    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0).to(tl.float32)
     # bias_t / residual_t tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is operand[i, j],
     # stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
     mask_t = (c < N - col0)[:, None] & (r < M - row0)[None, :]
@@ -134,6 +131,12 @@ def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stri
                  mask=mask_t, other=0.0).to(tl.float32)
     rt = tl.load(rt_ptr + col0 * stride_rt0 + row0 * stride_rt1 + c[:, None] * stride_rt0 + r[None, :] * stride_rt1,
                  mask=mask_t, other=0.0).to(tl.float32)
+    # inp tile (BLOCK_M, BLOCK_N), contiguous along N, loaded last: loaded first, the compiler
+    # moved inp itself into the others' layout through shared memory before it issued their loads
+    # (two DRAM round trips one after the other, and a second on-chip transpose for the store; seen
+    # in the sm_90 SASS).  In this order the three loads are in flight together.
+    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
     # Add in the transposed orientation, then one on-chip transpose (through shared memory).
     y = x + tl.trans(bt + rt)
     tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
