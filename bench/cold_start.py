@@ -4,8 +4,9 @@
     PYTHONPATH=. python bench/cold_start.py [--cells softmax_backward:128x4096,...] [--impls inductor,triton]
                                             [--copy-sizes 8,16,...]
 
-For each cell, three timings of one call, all with the host's launch cost covered (as the cells):
-  cell     : L2 flushed before the call -- fusebench's `time` (measure.timing)
+For each cell, timings of one call, all with the host's launch cost covered (as the cells):
+  cell     : L2 flushed before the call -- fusebench's `time` (measure.timing), once per --flush
+             mode: evict_last (the cells' flush) and zero (ordinary stores, as do_bench)
   no-flush : nothing flushed: data and code may be in L2 from the previous call
   code-warm: L2 flushed, then the same call on a *second* set of inputs (same shapes), untimed:
              the kernel's code and parameters are back in the caches, its timed data is not.
@@ -31,21 +32,21 @@ import torch
 
 from fusebench.cases import get_case
 from fusebench.impls.base import get_impl
-from fusebench.measure.timing import TimingSettings, _flush_buffer, _host_cover_cycles, time_call
+from fusebench.measure.timing import TimingSettings, _flush_buffer, _flush_l2, _host_cover_cycles, time_call
 
 DEFAULT_CELLS = ("bias_dropout_add_transposed:128x2048,bias_dropout_add_transposed:1024x128,"
                  "bias_dropout_add_transposed:256x1024,softmax_backward:128x4096,softmax_backward:512x4096,"
                  "norm_chain:256x4096,layernorm:512x8192,pointwise_chain:128x128")
 
 
-def code_warm_us(fn, args, args2, device, reps=200) -> float:
+def code_warm_us(fn, args, args2, device, reps=200, mode="evict_last") -> float:
     """Median time of fn(*args) after an L2 flush followed by an untimed fn(*args2)."""
     flush = _flush_buffer(device)
     cover = _host_cover_cycles(lambda: fn(*args), device)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        flush.zero_()
+        _flush_l2(flush, mode)
         fn(*args2)
         torch.cuda._sleep(cover)
         starts[i].record()
@@ -103,11 +104,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=DEFAULT_CELLS)
     ap.add_argument("--impls", default="inductor,triton")
+    ap.add_argument("--flush", default="evict_last,zero", help="flush modes for the cell timing")
     ap.add_argument("--copy-sizes", default="4,8,16,32,64,128,256,512,1024,2048", help="MiB per buffer")
     a = ap.parse_args()
     dev = "cuda:0"
     rows = []
-    print(f"{'case':30s} {'shape':>10s} {'impl':>9s} {'cell':>7s} {'no-flush':>8s} {'code-warm':>9s}  note")
+    modes = a.flush.split(",")
+    print(f"{'case':30s} {'shape':>10s} {'impl':>9s} " + " ".join(f"{'cell/' + m:>14s}" for m in modes)
+          + f" {'no-flush':>8s} {'code-warm':>9s}  note")
     for spec in a.cells.split(","):
         name, shape_s = spec.split(":")
         case = get_case(name)
@@ -120,18 +124,19 @@ def main() -> int:
             fn(*args)
             fn(*args2)
             torch.cuda.synchronize()
-            cell = time_call(lambda: fn(*args), dev, TimingSettings()).median_us
+            cells = {m: time_call(lambda: fn(*args), dev, TimingSettings(flush_mode=m)).median_us for m in modes}
             noflush = time_call(lambda: fn(*args), dev, TimingSettings(flush_l2=False)).median_us
-            warm = code_warm_us(fn, args, args2, dev)
+            warm = code_warm_us(fn, args, args2, dev, mode=modes[0])
             note = prep.note_after() or prep.note
-            print(f"{name:30s} {shape_s:>10s} {impl_name:>9s} {cell:7.2f} {noflush:8.2f} {warm:9.2f}  {note}", flush=True)
-            rows.append(dict(case=name, shape=shape_s, impl=impl_name, cell_us=cell, noflush_us=noflush,
-                             code_warm_us=warm, note=note))
+            print(f"{name:30s} {shape_s:>10s} {impl_name:>9s} " + " ".join(f"{cells[m]:14.2f}" for m in modes)
+                  + f" {noflush:8.2f} {warm:9.2f}  {note}", flush=True)
+            rows.append(dict(case=name, shape=shape_s, impl=impl_name, **{f"cell_{m}_us": cells[m] for m in modes},
+                             noflush_us=noflush, code_warm_us=warm, note=note))
     print("\ncompiled kernels: name, cubin bytes, SASS instructions, memory operations in order")
     kernels = compiled_kernels()
     for k in kernels:
         print(f"  {k[0][:48]:48s} {k[1]:7d} {k[2]:5d}  {k[3]}")
-    print("\ncopy curve (dst.copy_(src), timed as the cells: L2 flushed, launch covered)")
+    print("\ncopy curve (dst.copy_(src), timed as the cells: L2 flushed (evict_last), launch covered)")
     curve = []
     for mib in (int(x) for x in a.copy_sizes.split(",")):
         n = mib << 20

@@ -1,12 +1,17 @@
 """Timing one call, measured three honest ways.
 
 - `time`: the median GPU time of one call from CUDA events, with the L2 cache flushed before each
-  call (as triton.testing.do_bench does), after warm-up; the spread is kept as quantiles.  A short
-  spin kernel before the start event lets the host enqueue the whole call first, so host launch
-  cost never shows up as GPU time (it is wall_time's business).
+  call, after warm-up; the spread is kept as quantiles.  A short spin kernel before the start
+  event lets the host enqueue the whole call first, so host launch cost never shows up as GPU time
+  (it is wall_time's business).
 - `wall_time`: host time per call, calls back to back, synchronised once at the end -- what a
   Python caller pays, Dynamo guards and wrappers included.
 - On the CPU both are host timings (each call is synchronous there).
+
+The flush writes a buffer twice the L2's size with `evict_last` stores (see _flush_l2).  Zeroing
+it with ordinary stores, as triton.testing.do_bench does, leaves lines that an earlier call loaded
+`evict_last` in L2 -- Inductor loads most inputs so -- and the next call finds them there: on an
+H200 that made Inductor's small kernels ~1.2 us faster than ours with the same traffic (session 6).
 
 Only the call is inside the timed region: no allocation, synchronisation or cache emptying
 (the plan's first round lost 87% of its time to those).
@@ -28,6 +33,9 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     flush_l2: bool = True
+    # How: "evict_last" (stores that also push out earlier evict_last lines, the default) or "zero"
+    # (ordinary stores, as do_bench and fusebench before session 6; runs store which).
+    flush_mode: str = "evict_last"
     # Spin the GPU before each start event so host launch cost stays out of `time` (see
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
     host_cover: bool = True
@@ -60,12 +68,26 @@ _FLUSH: dict[str, torch.Tensor] = {}
 
 
 def _flush_buffer(device: str) -> torch.Tensor:
-    """A buffer twice the L2 size; zeroing it evicts whatever the previous call left in L2."""
+    """A buffer twice the L2 size; writing it evicts whatever the previous call left in L2."""
     if device not in _FLUSH:
         props = torch.cuda.get_device_properties(device)
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
-        _FLUSH[device] = torch.empty(2 * l2, dtype=torch.int8, device=device)
+        _FLUSH[device] = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
     return _FLUSH[device]
+
+
+def _flush_l2(buf: torch.Tensor, mode: str) -> None:
+    """Write `buf` (twice the L2) so that nothing the timed call may read is left in L2.
+
+    L2 evicts lower-priority lines first: lines loaded `evict_last` outlive a buffer written with
+    ordinary stores however large.  Stores that are themselves `evict_last` (Triton's L2 cache
+    policy, fraction 1.0) are the newest lines of that class and push the older ones out."""
+    if mode == "zero":
+        buf.zero_()
+        return
+    from fusebench.kernels.utils import zero_evict_last
+
+    zero_evict_last(buf)
 
 
 def time_call(fn: Callable[[], object], device: str, st: TimingSettings) -> TimeStats:
@@ -98,7 +120,7 @@ def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     start.record()
     while True:
         if flush is not None:
-            flush.zero_()
+            _flush_l2(flush, st.flush_mode)
         fn()
         n_est += 1
         end.record()
@@ -110,7 +132,7 @@ def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         if flush is not None:
-            flush.zero_()  # outside the events: not timed
+            _flush_l2(flush, st.flush_mode)  # outside the events: not timed
         if cover:
             torch.cuda._sleep(cover)  # the GPU waits here, not inside the timed region
         starts[i].record()
