@@ -24,7 +24,6 @@ import csv
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -32,6 +31,7 @@ import torch
 
 from fusebench.cases import get_case
 from fusebench.impls.base import get_impl
+from fusebench.kernels.sass import memory_op_order
 from fusebench.measure.timing import TimingSettings, _flush_buffer, _flush_l2, _host_cover_cycles, time_call
 
 DEFAULT_CELLS = ("bias_dropout_add_transposed:128x2048,bias_dropout_add_transposed:1024x128,"
@@ -57,29 +57,6 @@ def code_warm_us(fn, args, args2, device, reps=200, mode="evict_last") -> float:
     return t[len(t) // 2]
 
 
-_SASS_LINE = re.compile(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?);")
-_MEM_OP = re.compile(r"\b(LDG|STG|LDS|STS|LDSM|STSM|BAR|ATOMG|RED|EXIT)\b")
-
-
-def sass_summary(sass: str) -> tuple[int, str]:
-    """(instruction count, the order of global/shared memory operations and barriers, runs
-    collapsed: "LDGx8 STSx14 BAR LDSx16 STGx4"): whether all loads are issued before the first barrier."""
-    ops: list[list] = []
-    n = 0
-    for line in sass.splitlines():
-        m = _SASS_LINE.match(line)
-        if not m:
-            continue
-        n += 1
-        op = _MEM_OP.search(m.group(1).split()[1] if m.group(1).startswith("@") else m.group(1).split()[0])
-        if op:
-            if ops and ops[-1][0] == op.group(1):
-                ops[-1][1] += 1
-            else:
-                ops.append([op.group(1), 1])
-    return n, " ".join(f"{o}x{c}" if c > 1 else o for o, c in ops)
-
-
 def compiled_kernels() -> list[tuple[str, int, int, str]]:
     """(kernel name, cubin bytes, SASS instructions, memory-op order) of every cubin in Triton's
     and Inductor's caches."""
@@ -95,7 +72,7 @@ def compiled_kernels() -> list[tuple[str, int, int, str]]:
                 sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, timeout=60).stdout
             except (OSError, subprocess.SubprocessError):
                 sass = ""
-            n, order = sass_summary(sass)
+            n, order = memory_op_order(sass)
             out.add((os.path.basename(path)[:-6], os.path.getsize(path), n, order))
     return sorted(out)
 
@@ -147,7 +124,7 @@ def main() -> int:
             gbs = 2 * n / t / 1e3
             curve.append(dict(mib=mib, flush=flush, us=t, gbps=gbs))
             print(f"  {mib:6d} MiB  flush={flush!s:5s} {t:10.2f} us {gbs:8.1f} GB/s", flush=True)
-        del src, dst
+        src = dst = None  # free before the next size
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "cold_start.csv"), "w", newline="") as f:

@@ -16,6 +16,10 @@ torch.compile (Inductor), standalone (no fusebench runner).
    state per cell) and our kernel (autotuned on its first call, then timed), each with
    triton.testing.do_bench (median; L2 flushed before every call).  GB/s = case.min_bytes(shape,
    dtype) / time.  Cells not reached within --budget seconds are reported as skipped.
+   Caveat (session 6): do_bench's flush zeroes a buffer with ordinary stores, which leaves lines
+   loaded `evict_last` -- most of Inductor's inputs -- in L2, so Inductor's times here are
+   optimistic wherever its inputs fit in L2.  `fusebench run` (and bench/grids.sh) flush with
+   evict_last stores (measure.timing); use them for numbers to report.
 
 Prints one line per cell as it goes and summary tables at the end; writes $OUT/membound.csv when
 OUT is set.

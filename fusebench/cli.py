@@ -50,6 +50,17 @@ def _split(values: Optional[List[str]]) -> Optional[List[str]]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
+def parse_run_ids(text: str) -> list[int]:
+    """'3' -> [3]; '2,5' -> [2, 5]; '2-4' -> [2, 3, 4] (ranges and lists mix)."""
+    ids: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and (not hi.isdigit() or int(hi) < int(lo))):
+            raise ValueError(f"bad run id {part!r} in --run {text!r}: expected N, N,M or N-M")
+        ids += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return list(dict.fromkeys(ids))
+
+
 # ---------------------------------------------------------------------------------------------
 @app.command("list")
 @bad_input_is_exit_2
@@ -194,7 +205,8 @@ def results(
 @app.command()
 @bad_input_is_exit_2
 def report(
-    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="Run ID (default: the latest); several, e.g. 2,3 "
+                                         "or 2-11, make one report of runs from one device and software."),
     db: Optional[str] = typer.Option(None, help="Results database."),
     output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
     pair: Optional[List[str]] = typer.Option(None, help="IMPL/BASELINE heatmap pairs, e.g. triton/inductor."),
@@ -204,9 +216,10 @@ def report(
     from fusebench.store import Store, default_db_path
 
     pairs = [parse_pair(p) for p in _split(pair)] if pair else None
+    runs = parse_run_ids(run_id) if run_id else None
     store = Store.open(db or default_db_path(), create=False)
     try:
-        path = render_report(store, run_id, output, pairs=pairs)
+        path = render_report(store, runs, output, pairs=pairs)
     finally:
         store.close()
     out.print(f"wrote {path}", highlight=False)

@@ -303,3 +303,59 @@ def test_vector_align():
 def test_gpu_sizes(name, shape, dtype):
     args = inputs(name, shape, dtype, seed=8)
     check(name, KERNELS[name].fn(*args), args)
+
+
+# ----------------------------------------------------------------------------------------------
+# what the single-pass kernels compile to (sm_90 SASS, built offline: no GPU needed)
+
+_SASS_SAMPLE = """
+        /*0090*/                   LDG.E.128 R4, desc[UR4][R2.64] ;          /* 0x0000000402047981 */
+        /*00a0*/               @P0 LDG.E.128 R8, desc[UR4][R6.64] ;          /* 0x0000000406080981 */
+        /*00b0*/                   STS [R0+UR5], R4 ;                        /* 0x0000000400007988 */
+        /*00c0*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;             /* 0x0000000000007b1d */
+        /*00d0*/               @P1 LDG.E.128 R12, desc[UR4][R10.64] ;        /* 0x000000040a0c1981 */
+        /*00e0*/                   FADD R4, R4, R12 ;                        /* 0x0000000c04047221 */
+        /*00f0*/                   STG.E.128 desc[UR4][R2.64], R4 ;          /* 0x0000000402007986 */
+        /*0100*/                   EXIT ;                                    /* 0x000000000000794d */
+"""
+
+
+def test_memory_op_order_of_sass_text():
+    from fusebench.kernels.sass import loads_after_first_barrier, memory_op_order
+
+    n, order = memory_op_order(_SASS_SAMPLE)
+    assert (n, order) == (8, "LDGx2 STS BAR LDG STG EXIT")
+    assert loads_after_first_barrier(order)
+    assert not loads_after_first_barrier("LDGx8 STSx14 LDGx4 STSx2 BAR LDSx16 STGx3 EXIT")
+    assert not loads_after_first_barrier("LDGx3 STG EXIT")  # no barrier at all
+
+
+def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
+    """One DRAM round trip per program: compiled for sm_90 by the real JIT (a subprocess without
+    the interpreter), no single-pass kernel may issue a global load after a barrier."""
+    import json
+    import subprocess
+    import sys
+
+    import triton
+
+    from fusebench.kernels.sass import loads_after_first_barrier
+
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "cuobjdump")):
+        pytest.skip("Triton's NVIDIA backend tools (ptxas, cuobjdump) are not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass"], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kernels = json.loads(proc.stdout)
+    assert len(kernels) >= 10 and any(k.startswith("bias_dropout_add_transposed") for k in kernels)
+    late = {k: v["order"] for k, v in kernels.items() if loads_after_first_barrier(v["order"])}
+    assert late == {}
+
+
+def test_l2_flush_kernel_zeroes_the_whole_buffer():
+    # measure.timing's flush: evict_last stores over a buffer that is not a multiple of the block
+    buf = torch.arange(1, 20_002, dtype=torch.int32, device=DEVICE)
+    utils.zero_evict_last(buf)
+    assert int(buf.abs().sum()) == 0

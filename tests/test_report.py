@@ -419,3 +419,38 @@ def test_environment_names_the_commits_of_a_resumed_run():
     assert all(k != "cells by commit" for k, _ in one[0]["items"])
     two = dict(environment(info, pd.DataFrame({"git_commit": ["aaa1111", "aaa1111", "bbb2222"]}))[0]["items"])
     assert two["cells by commit"] == "aaa1111: 2, bbb2222: 1"
+
+
+def test_report_of_several_runs_joins_them(tmp_path):
+    """Runs made one case per GPU (then merged) read as one report; a cell measured twice is taken
+    from the later run; runs of different timing settings are refused."""
+    from fusebench.report.html import joined_runs
+    from fusebench.store import StoreError
+
+    store = Store.open(str(tmp_path / "joined.db"))
+    first = make_run(store, [_cell("softmax", "eager", "512x512", 10.0), _cell("softmax", "inductor", "512x512", 8.0)])
+    second = make_run(store, [_cell("softmax", "inductor", "512x512", 5.0), _cell("layernorm", "eager", "512x512", 9.0)])
+    info, cells = joined_runs(store, [first, second])
+    assert info["id"] == f"{first}, {second}"
+    got = {(r.case_name, r.impl): r.time_us for r in cells.itertuples()}
+    assert got == {("softmax", "eager"): 10.0, ("softmax", "inductor"): 5.0, ("layernorm", "eager"): 9.0}
+    assert json.loads(info["request"])["cases"] == ["softmax", "layernorm"]
+    path = render_report(store, [first, second], str(tmp_path / "r.html"))
+    html = open(path, encoding="utf-8").read()
+    assert f"runs {first}, {second}" in html and 'id="case-layernorm"' in html
+    other = store.start_run(ENV, {"cases": ["softmax"]}, dict(TIMING, flush_mode="evict_last"))
+    store.add_cell(other, _cell("softmax", "eager", "512x512", 11.0))
+    with pytest.raises(StoreError, match="differ in timing"):
+        joined_runs(store, [first, other])
+    store.close()
+
+
+def test_parse_run_ids():
+    from fusebench.cli import parse_run_ids
+
+    assert parse_run_ids("3") == [3]
+    assert parse_run_ids("2,5") == [2, 5]
+    assert parse_run_ids("2-4,7,3") == [2, 3, 4, 7]
+    for bad in ("x", "4-2", "1-", "-3", "2,,3"):
+        with pytest.raises(ValueError, match="bad run id"):
+            parse_run_ids(bad)

@@ -241,3 +241,10 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted():
 
     row = measure_cell(Cell("softmax", "eager", (2**20, 2**20), "fp32", "cpu"), FAST)
     assert row["status"] == "skipped" and "needs about" in row["reason"] and row["seconds"] < 5
+
+
+def test_timing_settings_record_the_flush():
+    # Runs store their timing settings; the flush mode tells evict_last flushes (session 6 on)
+    # from the plain zeroing of earlier runs, which left evict_last lines in L2.
+    assert TimingSettings().as_dict()["flush_mode"] == "evict_last"
+    assert TimingSettings(flush_mode="zero").as_dict()["flush_mode"] == "zero"

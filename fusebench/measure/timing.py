@@ -85,6 +85,8 @@ def _flush_l2(buf: torch.Tensor, mode: str) -> None:
     if mode == "zero":
         buf.zero_()
         return
+    if mode != "evict_last":
+        raise ValueError(f"unknown L2 flush mode {mode!r}: evict_last or zero")
     from fusebench.kernels.utils import zero_evict_last
 
     zero_evict_last(buf)

@@ -7,6 +7,7 @@ accuracy where they were measured, a table per implementation, and why cells fai
 """
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 
@@ -44,28 +45,78 @@ ACCURACY_MAP_ABOVE = 0.1
 ALWAYS_DRAW = {"pct_roofline"}
 
 
-def render_report(store, run_id: int | None, out_path: str,
+def render_report(store, run_id: int | list[int] | None, out_path: str,
                   pairs: list[tuple[str, str]] | None = None) -> str:
-    """Write the HTML report of one run to out_path and return the path written.
+    """Write the HTML report of one run, or of several runs read as one, to out_path and return the
+    path written.
 
     pairs: (implementation, baseline) pairs; each heatmap shows time(baseline) / time(impl), the
     speedup of the implementation.  Default: inductor over eager, and triton over inductor, where
-    both ran.  run_id None means the store's latest run.
+    both ran.  run_id None means the store's latest run; a list joins runs made on one device with
+    one software stack and timing (e.g. one case per GPU, joined with `fusebench merge`), a cell
+    measured in several of them taken from the last.
     """
-    run_id = store.latest_run() if run_id is None else run_id
-    info = store.run_info(run_id)
-    stored = store.cells(run_id)
+    run_ids = [store.latest_run()] if run_id is None else [run_id] if isinstance(run_id, int) else list(run_id)
+    info, stored = joined_runs(store, run_ids)
     cells, layouts = place(stored)
     sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs)
                 for name in case_order(cells["case_name"])]
+    label = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {info['id']}"
     html = render_template(
         "report.html.j2",
-        title=f"fusebench report — run {run_id}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
-        run_id=run_id, info=info, environment=environment(info, stored),
+        title=f"fusebench report — {label}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
+        heading=f"fusebench report — {label}", run_id=info["id"], info=info, environment=environment(info, stored),
         summary=summary_table(sections), sections=sections, status_legend=status_legend(),
         db=store.path, all_csv=csv_data_uri(stored),
     )
     return write(out_path, html)
+
+
+def _joined_requests(requests: list[dict]) -> dict:
+    """One request for runs read as one: the cases and implementations of all, the other settings
+    where all runs agree, else "differ between runs"."""
+    out: dict = {}
+    for key in dict.fromkeys(k for r in requests for k in r):
+        values = [r.get(key) for r in requests]
+        if key in ("cases", "impls") and all(isinstance(v, list) for v in values):
+            out[key] = list(dict.fromkeys(x for v in values for x in v))
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
+        else:
+            out[key] = "differ between runs"
+    return out
+
+
+# What must be equal for runs to be reported as one.
+SAME_ACROSS_RUNS = ("device_name", "torch", "triton", "cuda", "timing")
+
+
+def joined_runs(store, run_ids: list[int]) -> tuple[dict, pd.DataFrame]:
+    """(run info, cells) of `run_ids` read as one run.  Raises StoreError if the runs differ in
+    device, software or timing settings (compare them instead), or if a run is missing."""
+    from fusebench.store import StoreError
+
+    infos = [store.run_info(r) for r in run_ids]
+    if len(infos) == 1:
+        return infos[0], store.cells(run_ids[0])
+    for key in SAME_ACROSS_RUNS:
+        values = {str(i.get(key)) for i in infos}
+        if len(values) > 1:
+            raise StoreError(f"runs {', '.join(map(str, run_ids))} differ in {key} ({' / '.join(sorted(values))}): "
+                             f"report them one by one, or `fusebench compare` them")
+    info = dict(infos[0])
+    info["id"] = ", ".join(str(r) for r in run_ids)
+    info["started"] = min(str(i.get("started") or "") for i in infos)
+    info["finished"] = max(str(i.get("finished") or "") for i in infos)
+    for key in ("status", "git_commit"):
+        info[key] = " | ".join(dict.fromkeys(str(i.get(key)) for i in infos if i.get(key)))
+    info["request"] = json.dumps(_joined_requests([decode_json(i.get("request")) for i in infos]))
+    frames = [store.cells(r) for r in run_ids]
+    cells = pd.concat(frames, ignore_index=True)
+    order = {r: n for n, r in enumerate(run_ids)}
+    cells = (cells.assign(_order=cells["run_id"].map(order)).sort_values(["_order", "id"])
+             .drop_duplicates(["case_name", "impl", "shape", "dtype"], keep="last").drop(columns="_order"))
+    return info, cells.reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------------------------

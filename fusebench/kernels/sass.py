@@ -1,0 +1,129 @@
+"""What a Triton kernel compiles to: its SASS, built offline for a chosen GPU (no GPU needed).
+
+The property checked here is memory-level parallelism of the single-pass kernels: every global
+load is issued before the first barrier.  A barrier waits for the shared-memory stores before it,
+and those store loaded data; a load issued after it starts only once an earlier load has come back
+from DRAM -- a second round trip, about a microsecond on a small tensor after the L2 flush.
+Session 6 found the transposed add doing exactly that (the compiler had moved `inp` into the
+others' layout through shared memory before it issued their loads).
+
+    python -m fusebench.kernels.sass        # the memory-op order of each single-pass kernel, as JSON
+
+Needs Triton's bundled ptxas and cuobjdump (the NVIDIA backend's bin/), and the kernels compiled
+by the real JIT, not the interpreter (run it with TRITON_INTERPRET unset).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+# One SASS instruction line of cuobjdump: "        /*0230*/   @P0 LDG.E.128 R4, desc[UR4][R2.64] ;"
+_SASS_LINE = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?);")
+_MEM_OP = re.compile(r"^(LDG|STG|LDS|STS|LDSM|STSM|BAR|ATOMG|RED|EXIT)\b")
+
+
+def memory_op_order(sass: str) -> tuple[int, str]:
+    """(instruction count, the global/shared memory operations and barriers in order, runs
+    collapsed: "LDGx8 STSx14 BAR LDSx16 STGx4 EXIT")."""
+    ops: list[list] = []
+    n = 0
+    for line in sass.splitlines():
+        m = _SASS_LINE.match(line)
+        if not m:
+            continue
+        n += 1
+        words = m.group(1).split()
+        opcode = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+        op = _MEM_OP.match(opcode)
+        if op:
+            if ops and ops[-1][0] == op.group(1):
+                ops[-1][1] += 1
+            else:
+                ops.append([op.group(1), 1])
+    return n, " ".join(f"{o}x{c}" if c > 1 else o for o, c in ops)
+
+
+def loads_after_first_barrier(order: str) -> bool:
+    """Whether a global load (LDG) comes after the first barrier in a memory_op_order string."""
+    ops = [tok.split("x")[0] for tok in order.split()]
+    return "BAR" in ops and "LDG" in ops[ops.index("BAR"):]
+
+
+def _bin(tool: str) -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+
+
+def cubin_sass(cubin: bytes) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_bin("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                              check=True, timeout=120).stdout
+
+
+def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> str:
+    """SASS of `kernel` (a @triton.jit function) for sm_<arch>.  Arguments not in `constexprs`:
+    names ending in _ptr are fp32 pointers, `eps` an fp32, the rest int32; all of them divisible
+    by 16, as the JIT specializes them for power-of-two shapes and aligned tensors."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = kernel
+    while not isinstance(fn, triton.runtime.jit.JITFunction):
+        fn = fn.fn
+    names = fn.arg_names
+    sig = {}
+    for p in fn.params:
+        if p.is_constexpr or p.name in constexprs:
+            sig[p.name] = "constexpr"
+        else:
+            sig[p.name] = "*fp32" if p.name.endswith("_ptr") else "fp32" if p.name == "eps" else "i32"
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "i32")}
+    src = ASTSource(fn, sig, constexprs={k: v for k, v in constexprs.items()}, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    return cubin_sass(compiled.asm["cubin"])
+
+
+def single_pass_kernels() -> dict[str, tuple]:
+    """label -> (kernel, constexprs, num_warps): the one-launch, one-read plans of the memory-bound
+    cases at typical tiles (fp32, contiguous rows: the column strides are the JIT's constant 1)."""
+    from fusebench.kernels import horizontal as hor, norms, pointwise as pw, softmax as sm
+
+    rows = dict(ALIGN=4, BLOCK_M=1)
+    out = {
+        "softmax 1x4096": (sm._softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
+        "double_softmax 1x4096": (sm._double_softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
+        "softmax_backward 1x4096": (sm._softmax_bwd_tile_kernel,
+                                    dict(rows, BLOCK_N=4096, stride_dyn=1, stride_yn=1), 8),
+        "layernorm 1x8192 (parameters with the rows)": (norms._layernorm_tile_kernel,
+                                                        dict(rows, BLOCK_N=8192, stride_xn=1, PREFETCH=True), 16),
+        "norm_chain 1x4096": (norms._norm_chain_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
+        "horizontal_reduction_pointwise 1x4096": (hor._horizontal_tile_kernel, dict(
+            rows, BLOCK_N=4096, stride_an=1, WITH_COS=True, WITH_MAX=False, EVICT=""), 8),
+        "horizontal_reduction_reduction 1x4096": (hor._horizontal_tile_kernel, dict(
+            rows, BLOCK_N=4096, stride_an=1, WITH_COS=False, WITH_MAX=True, EVICT="evict_first"), 8),
+    }
+    for p in pw.TRANSPOSED_PLANS + pw.TRANSPOSED_SMALL_PLANS:
+        out[f"bias_dropout_add_transposed {p.block_m}x{p.block_n} {p.num_warps}w"] = (
+            pw._bias_dropout_add_transposed_kernel,
+            dict(ALIGN_N=4, ALIGN_M=4, BLOCK_M=p.block_m, BLOCK_N=p.block_n, stride_xn=1, stride_bt1=1, stride_rt1=1),
+            p.num_warps)
+    return out
+
+
+def main() -> None:
+    result = {}
+    for label, (kernel, consts, warps) in single_pass_kernels().items():
+        n, order = memory_op_order(compile_sass(kernel, consts, warps))
+        result[label] = {"instructions": n, "order": order}
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
