@@ -107,6 +107,10 @@ def test_report_and_compare_commands(stored_run, tmp_path):
     assert r.exit_code == 0 and "1 cells timed in both runs" in r.output
     r = invoke("compare", "1", "7", "--db", stored_run, "-o", str(tmp_path / "c.html"))
     assert r.exit_code == 2 and "no run 7" in r.output
+    r = invoke("report", "--db", stored_run, "--run", "1-2", "-o", str(html))
+    assert r.exit_code == 2 and "no run 2" in r.output
+    r = invoke("report", "--db", stored_run, "--run", "2-1", "-o", str(html))
+    assert r.exit_code == 2 and "bad run id" in r.output
 
 
 def test_bad_request_creates_no_store(tmp_path):

@@ -454,3 +454,13 @@ def test_parse_run_ids():
     for bad in ("x", "4-2", "1-", "-3", "2,,3"):
         with pytest.raises(ValueError, match="bad run id"):
             parse_run_ids(bad)
+
+
+def test_environment_says_how_an_older_run_flushed():
+    from fusebench.report.html import environment
+
+    old = {"id": 1, "timing": json.dumps({"flush_l2": True, "warmup_ms": 25})}
+    timing = dict(next(g for g in environment(old) if g["title"] == "timing")["items"])
+    assert timing["flush_mode"].startswith("zero")
+    new = {"id": 2, "timing": json.dumps({"flush_l2": True, "flush_mode": "evict_last"})}
+    assert dict(next(g for g in environment(new) if g["title"] == "timing")["items"])["flush_mode"] == "evict_last"

@@ -31,10 +31,10 @@ Heuristics (documented here once, used by every memory-bound kernel):
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
   length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
 * Cache hints.  The looped kernels load a row's first pass `evict_last` (it is read again) and
-  the last `evict_first`.  (Lines loaded `evict_last` also outlived the plain L2 flush used before
-  session 6, into the next timed call; the flush now evicts them too: measure.timing.)  horizontal_reduction_reduction, which only reads, loads everything
+  the last `evict_first`.  horizontal_reduction_reduction, which only reads, loads everything
   `evict_first`; the kernels that write as much as they read measured slower with that hint
-  (see horizontal.py).
+  (see horizontal.py).  Lines loaded `evict_last` outlived the plain L2 flush used before session
+  6 into the next timed call; the flush now evicts them too (measure.timing).
 * The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
   timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
   key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.

@@ -65,7 +65,8 @@ def render_report(store, run_id: int | list[int] | None, out_path: str,
     html = render_template(
         "report.html.j2",
         title=f"fusebench report — {label}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
-        heading=f"fusebench report — {label}", run_id=info["id"], info=info, environment=environment(info, stored),
+        heading=f"fusebench report — {label}", runs_label=label, runs_count=len(run_ids),
+        csv_name=f"fusebench-run-{'-'.join(map(str, run_ids))}.csv", info=info, environment=environment(info, stored),
         summary=summary_table(sections), sections=sections, status_legend=status_legend(),
         db=store.path, all_csv=csv_data_uri(stored),
     )
@@ -177,6 +178,8 @@ def environment(info: dict, cells=None) -> list[dict]:
         out[0]["items"].append(("cells by commit", ", ".join(f"{c}: {n}" for c, n in counts.items())))
     for title, key in (("clocks", "clocks"), ("timing", "timing"), ("request", "request")):
         items = decode_json(info.get(key))
+        if key == "timing" and items.get("flush_l2") and "flush_mode" not in items:
+            items["flush_mode"] = "zero (not recorded: runs before it was, flushed with ordinary stores)"
         out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items() if v not in (None, "", [])]})
     return [g for g in out if g["items"]]
 
