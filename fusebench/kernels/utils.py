@@ -419,23 +419,6 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# the L2 flush before each timed call (measure.timing._flush_l2)
-
-
-@triton.jit
-def _zero_evict_last_kernel(ptr, n, BLOCK: tl.constexpr):
-    # Program pid zeroes words [pid * BLOCK, (pid + 1) * BLOCK) with evict_last stores.
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n, eviction_policy="evict_last")
-
-
-def zero_evict_last(buf: torch.Tensor) -> None:
-    """Zero the int32 tensor `buf` with stores that carry L2's evict_last priority."""
-    n = buf.numel()
-    _zero_evict_last_kernel[(cdiv(n, 8192),)](buf, n, BLOCK=8192, num_warps=8)
-
-
-# ----------------------------------------------------------------------------------------------
 # device side: a barrier among the programs of one row (cooperative launches only)
 
 

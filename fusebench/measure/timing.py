@@ -80,14 +80,13 @@ def _flush_l2(buf: torch.Tensor, mode: str) -> None:
     """Write `buf` (twice the L2) so that nothing the timed call may read is left in L2.
 
     L2 evicts lower-priority lines first: lines loaded `evict_last` outlive a buffer written with
-    ordinary stores however large.  Stores that are themselves `evict_last` (Triton's L2 cache
-    policy, fraction 1.0) are the newest lines of that class and push the older ones out."""
+    ordinary stores however large; mode "evict_last" writes with such stores itself (l2flush.py)."""
     if mode == "zero":
         buf.zero_()
         return
     if mode != "evict_last":
         raise ValueError(f"unknown L2 flush mode {mode!r}: evict_last or zero")
-    from fusebench.kernels.utils import zero_evict_last
+    from fusebench.measure.l2flush import zero_evict_last
 
     zero_evict_last(buf)
 
