@@ -13,8 +13,9 @@ For each cell, timings of one call, all with the host's launch cost covered (as 
 cell - code-warm is what a cold instruction / constant cache costs; code-warm - no-flush is the
 cold data.  Then every compiled kernel (Triton's and Inductor's caches) is listed with its SASS
 instruction count and the order of its memory operations (cuobjdump): loads issued after a
-barrier wait for what came before it -- one more DRAM round trip.  And a copy curve: dst.copy_(src) timed as the cells are, per size,
-in GB/s (read + write) -- the copy rate a kernel of that size can be held against.
+barrier wait for what came before it -- one more DRAM round trip.  And a copy curve:
+dst.copy_(src) timed as the cells are, per size, in GB/s (read + write) -- the copy rate a kernel
+of that size can be held against.
 Writes $OUT/cold_start.csv and $OUT/copy_curve.csv when OUT is set.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from fusebench.cases import get_case
 from fusebench.impls.base import get_impl
-from fusebench.kernels.sass import memory_op_order
+from fusebench.kernels.sass import cubin_sass, memory_op_order
 from fusebench.measure.timing import TimingSettings, _flush_buffer, _flush_l2, _host_cover_cycles, time_call
 
 DEFAULT_CELLS = ("bias_dropout_add_transposed:128x2048,bias_dropout_add_transposed:1024x128,"
@@ -60,16 +61,14 @@ def code_warm_us(fn, args, args2, device, reps=200, mode="evict_last") -> float:
 def compiled_kernels() -> list[tuple[str, int, int, str]]:
     """(kernel name, cubin bytes, SASS instructions, memory-op order) of every cubin in Triton's
     and Inductor's caches."""
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     roots = [os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache")),
              os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp")]
     out = set()
     for root in roots:
         for path in glob.glob(os.path.join(root, "**", "*.cubin"), recursive=True):
             try:
-                sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, timeout=60).stdout
+                with open(path, "rb") as f:
+                    sass = cubin_sass(f.read())
             except (OSError, subprocess.SubprocessError):
                 sass = ""
             n, order = memory_op_order(sass)

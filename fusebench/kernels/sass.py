@@ -85,7 +85,7 @@ def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> st
         else:
             sig[p.name] = "*fp32" if p.name.endswith("_ptr") else "fp32" if p.name == "eps" else "i32"
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "i32")}
-    src = ASTSource(fn, sig, constexprs={k: v for k, v in constexprs.items()}, attrs=attrs)
+    src = ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
     return cubin_sass(compiled.asm["cubin"])
 
