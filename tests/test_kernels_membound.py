@@ -337,12 +337,9 @@ def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
     import subprocess
     import sys
 
-    import triton
+    from fusebench.kernels.sass import loads_after_first_barrier, tool_path
 
-    from fusebench.kernels.sass import loads_after_first_barrier
-
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "cuobjdump")):
+    if not all(os.path.exists(tool_path(t)) for t in ("ptxas", "cuobjdump")):
         pytest.skip("Triton's NVIDIA backend tools (ptxas, cuobjdump) are not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass"], capture_output=True, text=True,

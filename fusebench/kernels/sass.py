@@ -52,7 +52,8 @@ def loads_after_first_barrier(order: str) -> bool:
     return "BAR" in ops and "LDG" in ops[ops.index("BAR"):]
 
 
-def _bin(tool: str) -> str:
+def tool_path(tool: str) -> str:
+    """Path of one of Triton's bundled NVIDIA tools (ptxas, cuobjdump)."""
     import triton
 
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
@@ -62,7 +63,7 @@ def cubin_sass(cubin: bytes) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([_bin("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+        return subprocess.run([tool_path("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
                               check=True, timeout=120).stdout
 
 
