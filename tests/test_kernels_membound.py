@@ -148,15 +148,28 @@ def test_long_row_plans(name, mode, dtype):
     check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
 
 
-@pytest.mark.parametrize("name", ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain"])
-def test_cooperative_kernels_one_program_per_row(name):
-    # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
-    # program after another) can pass only when a row has a single program: this checks their
-    # rounds, partials, combination and counter reset, not the exchange between programs (the
-    # gpu-marked tests do).
+TWO_PASS = ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain"]
+# Their wrappers' candidate plans (what the autotuner chooses from).
+PLANS = {"softmax": ksm.softmax_plans, "double_softmax": ksm.double_softmax_plans,
+         "softmax_backward": ksm.softmax_backward_plans, "layernorm": knorm.layernorm_plans,
+         "norm_chain": knorm.norm_chain_plans}
+# One program per row: see test_cooperative_kernels_one_program_per_row.
+SOLO_PLANS = {
+    "coop": utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2),  # two rows at a time: 2 rounds
+    # two teams of one: rows 0 and 2, row 1; each part 768 columns in 3 steps, the last ragged
+    "team": utils.RowPlan("team", 1, 256, 4, splits=1, grid=2),
+}
+
+
+@pytest.mark.parametrize("mode", list(SOLO_PLANS))
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_cooperative_kernels_one_program_per_row(name, mode):
+    # The cooperative and team kernels' programs of a row wait for each other, which the
+    # interpreter (one program after another) allows only when a row has a single program: this
+    # checks their rows, partials, combination and counter reset, not the exchange between
+    # programs (test_gpu_cooperative_plans does).
     args = inputs(name, (3, 700), torch.float32, seed=9)
-    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)  # two rows at a time: 2 rounds
-    check(name, IMPL[name](*args, plan=plan), args)
+    check(name, IMPL[name](*args, plan=SOLO_PLANS[mode]), args)
     assert int(utils.zeroed_counters(args[0].device, 6)[:6].abs().sum()) == 0
 
 
@@ -303,6 +316,29 @@ def test_vector_align():
 def test_gpu_sizes(name, shape, dtype):
     args = inputs(name, shape, dtype, seed=8)
     check(name, KERNELS[name].fn(*args), args)
+
+
+@gpu
+@pytest.mark.parametrize("shape, dtype", [((300, 70000), torch.float32), ((7, 20000), torch.bfloat16)],
+                         ids=["300x70000-fp32", "7x20000-bf16"])
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_gpu_cooperative_plans(name, shape, dtype):
+    # Every cooperative and team plan the autotuner may choose, forced: programs of a row on
+    # different SMs exchanging partials (300 rows: several per team; 70000 and 20000 columns:
+    # the last part ragged, teams shrunk to fit).
+    args = inputs(name, shape, dtype, seed=4)
+    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "team")]
+    assert {p.mode for p in plans} == {"coop", "team"}
+    ran = 0
+    for plan in plans:
+        try:
+            out = IMPL[name](*args, plan=plan)
+        except RuntimeError as exc:  # a cooperative grid that does not fit on this GPU
+            assert "cooperative" in str(exc), exc
+            continue
+        check(name, out, args)
+        ran += 1
+    assert ran >= len(plans) // 2
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
 
 LAYERNORM_EPS = 1e-5
 
@@ -70,42 +70,55 @@ def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
 
 
 @triton.jit
+def _layernorm_stats(x_row, stride_xn, k, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # (sum d, sum d^2) over x_row[lo:hi], d = x - k, per lane, then across lanes.
+    c = tl.arange(0, BLOCK_N)
+    s1 = tl.zeros([BLOCK_N], tl.float32)
+    s2 = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+        cols = start + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        d = tl.where(cols < N, x - k, 0.0)
+        s1 += d
+        s2 += d * d
+    return tl.sum(s1, 0), tl.sum(s2, 0)
+
+
+@triton.jit
+def _layernorm_write(x_row, w_ptr, b_ptr, y_row, stride_xn, lo, hi, N, mean, rstd, BLOCK_N: tl.constexpr,
+                     STAGES: tl.constexpr):
+    # y[lo:hi] = (x - mean) * rstd * w + b, last chunk first.
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    for j in tl.range(0, n_chunks, num_stages=STAGES):
+        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
 def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    c = tl.arange(0, BLOCK_N)
-    n_chunks = tl.cdiv(N, BLOCK_N)
     # Rows pid, pid + P, ... (P = the grid size).
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         row = (pid + i * n_prog).to(tl.int64)
         x_row = x_ptr + row * stride_xm
-        y_row = y_ptr + row * stride_ym
-        # Pass 1: per-lane sums of d = x - K and d^2, K = the row's first element.
+        # Statistics of d = x - K, K the row's first element.
         k = tl.load(x_row).to(tl.float32)
-        s1 = tl.zeros([BLOCK_N], tl.float32)
-        s2 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            cols = start + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            d = tl.where(cols < N, x - k, 0.0)
-            s1 += d
-            s2 += d * d
-        mean_d = tl.sum(s1, 0) / N
-        mean = k + mean_d
-        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / N - mean_d * mean_d, 0.0) + eps)
-        # Pass 2, last chunk first: normalize, scale, shift.
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            cols = (n_chunks - 1 - j) * BLOCK_N + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-            tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=cols < N)
+        sum_d, sum_d2 = _layernorm_stats(x_row, stride_xn, k, 0, N, N, BLOCK_N, STAGES)
+        mean_d = sum_d / N
+        rstd = 1.0 / tl.sqrt(tl.maximum(sum_d2 / N - mean_d * mean_d, 0.0) + eps)
+        _layernorm_write(x_row, w_ptr, b_ptr, y_ptr + row * stride_ym, stride_xn, 0, N, N, k + mean_d, rstd,
+                         BLOCK_N, STAGES)
 
 
 @triton.jit
@@ -198,6 +211,40 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
                 x = x_next
 
 
+@triton.jit
+def _layernorm_team_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                           eps, SPLITS, PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                           STAGES: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # Teams and parts as in softmax.py's _softmax_team_kernel; every member shifts by the row's
+    # first element, so that the partial sums add up.
+    pid = tl.program_id(0)
+    teams = tl.num_programs(0) // SPLITS
+    team = pid // SPLITS
+    lo = (pid % SPLITS) * PART
+    n_rows = tl.cdiv(M - team, teams)
+    for i in range(0, n_rows + 1):
+        if i < n_rows:
+            row = (team + i * teams).to(tl.int64)
+            k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+            sum_d, sum_d2 = _layernorm_stats(x_ptr + row * stride_xm, stride_xn, k, lo, lo + PART, N, BLOCK_N,
+                                             STAGES)
+            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 2
+            tl.store(part, sum_d)
+            tl.store(part + 1, sum_d2)
+            row_arrive(cnt_ptr + row * 2)
+        if i > 0:
+            row = (team + (i - 1) * teams).to(tl.int64)
+            k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
+            row_wait(cnt_ptr + row * 2, SPLITS)
+            mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            _layernorm_write(x_ptr + row * stride_xm, w_ptr, b_ptr, y_ptr + row * stride_ym, stride_xn, lo,
+                             lo + PART, N, mean, rstd, BLOCK_N, STAGES)
+
+
 def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -216,6 +263,13 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         _layernorm_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _layernorm_split_apply_kernel[grid](x, w, b, y, ws, N, sxm, sxn, N, LAYERNORM_EPS, plan.splits,
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    elif plan.mode == "team":
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        _layernorm_team_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
+                                             N, LAYERNORM_EPS, plan.splits,
+                                             utils.team_part(N, plan.splits, plan.block_n),
+                                             BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
+                                             launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
@@ -255,32 +309,41 @@ def _chain_scale(s):
 
 
 @triton.jit
+def _row_sum(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # sum of x_row[lo:hi], per lane, then across lanes.
+    c = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+        cols = start + c
+        acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                       eviction_policy="evict_last").to(tl.float32)
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def _scale_write(x_row, y_row, stride_xn, lo, hi, N, scale, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # y[lo:hi] = x * scale, last chunk first.
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    for j in tl.range(0, n_chunks, num_stages=STAGES):
+        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
 def _norm_chain_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    c = tl.arange(0, BLOCK_N)
-    n_chunks = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         row = (pid + i * n_prog).to(tl.int64)
-        x_row = x_ptr + row * stride_xm
-        y_row = y_ptr + row * stride_ym
-        # Pass 1: the row sum.
-        acc = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            cols = start + c
-            acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                           eviction_policy="evict_last").to(tl.float32)
-        scale = _chain_scale(tl.sum(acc, 0))
-        # Pass 2, last chunk first.
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            cols = (n_chunks - 1 - j) * BLOCK_N + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            tl.store(y_row + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
+        scale = _chain_scale(_row_sum(x_ptr + row * stride_xm, stride_xn, 0, N, N, BLOCK_N, STAGES))
+        _scale_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, 0, N, N, scale, BLOCK_N, STAGES)
 
 
 @triton.jit
@@ -332,6 +395,34 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stri
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
+@triton.jit
+def _norm_chain_team_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS, PART,
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                            STAGES: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # Teams and parts as in softmax.py's _softmax_team_kernel; a part's partial is its sum.
+    pid = tl.program_id(0)
+    teams = tl.num_programs(0) // SPLITS
+    team = pid // SPLITS
+    lo = (pid % SPLITS) * PART
+    n_rows = tl.cdiv(M - team, teams)
+    for i in range(0, n_rows + 1):
+        if i < n_rows:
+            row = (team + i * teams).to(tl.int64)
+            tl.store(ws_ptr + row * SPLITS + pid % SPLITS,
+                     _row_sum(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N, BLOCK_N, STAGES))
+            row_arrive(cnt_ptr + row * 2)
+        if i > 0:
+            row = (team + (i - 1) * teams).to(tl.int64)
+            row_wait(cnt_ptr + row * 2, SPLITS)
+            scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            _scale_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, lo, lo + PART, N, scale,
+                         BLOCK_N, STAGES)
+
+
 def _launch_norm_chain(x, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -348,6 +439,12 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
         _norm_chain_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _norm_chain_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                              BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    elif plan.mode == "team":
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
+        _norm_chain_team_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
+                                              plan.splits, utils.team_part(N, plan.splits, plan.block_n),
+                                              BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
+                                              launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
         _norm_chain_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
@@ -357,6 +454,16 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 
 # ----------------------------------------------------------------------------------------------
 # wrappers
+
+
+def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
+    """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
+                           tile_prefetch=True)
+
+
+def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: utils.RowPlan | None = None,
@@ -371,8 +478,7 @@ def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pl
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
-                              elem_size=x.element_size(), coop_prefetch=True, tile_prefetch=True)
+    plans = functools.partial(layernorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
 
     def launch(p):
         _launch_layernorm(x, weight, bias, y, p)
@@ -388,8 +494,7 @@ def norm_chain_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onch
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
-                              elem_size=x.element_size())
+    plans = functools.partial(norm_chain_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
 
     def launch(p):
         _launch_norm_chain(x, y, p)

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
 
 # ----------------------------------------------------------------------------------------------
 # softmax
@@ -66,37 +66,48 @@ def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 
 @triton.jit
+def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # (m, s) of x_row[lo:hi] (columns >= N padded): the running max m and the sum of exp(x - m),
+    # kept per lane and rescaled whenever m grows.  Loads evict_last: the second pass re-reads them.
+    c = tl.arange(0, BLOCK_N)
+    m = tl.full([], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+        cols = start + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                    eviction_policy="evict_last").to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, 0))
+        s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+        m = m_new
+    return m, tl.sum(s, 0)
+
+
+@triton.jit
+def _softmax_write(x_row, y_row, stride_xn, lo, hi, N, m, inv, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # y[lo:hi] = exp(x - m) * inv, last chunk first (those were read last, most likely still in L2).
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    for j in tl.range(0, n_chunks, num_stages=STAGES):
+        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                    eviction_policy="evict_first").to(tl.float32)
+        tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
 def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
                          ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    c = tl.arange(0, BLOCK_N)
-    n_chunks = tl.cdiv(N, BLOCK_N)
-    # Rows pid, pid + P, ... (P = the grid size).
+    # Rows pid, pid + P, ... (P = the grid size): a statistics pass, then a writing pass.
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         row = (pid + i * n_prog).to(tl.int64)
-        x_row = x_ptr + row * stride_xm
-        y_row = y_ptr + row * stride_ym
-        # Pass 1: running max m and per-lane sums of exp(x - m), rescaled whenever m grows.
-        m = tl.full([], float("-inf"), tl.float32)
-        s = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            cols = start + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy="evict_last").to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, 0))
-            s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
-            m = m_new
-        inv = 1.0 / tl.sum(s, 0)
-        # Pass 2, last chunk first: re-read (L2), normalize, write.
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            cols = (n_chunks - 1 - j) * BLOCK_N + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy="evict_first").to(tl.float32)
-            tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty), mask=cols < N)
+        m, s = _softmax_stats(x_ptr + row * stride_xm, stride_xn, 0, N, N, BLOCK_N, STAGES)
+        _softmax_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, 0, N, N, m, 1.0 / s,
+                       BLOCK_N, STAGES)
 
 
 @triton.jit
@@ -186,6 +197,35 @@ def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_
                 x = x_next
 
 
+@triton.jit
+def _softmax_team_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS, PART,
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    # Team t of T = P / SPLITS takes rows t, t + T, ...; its member k the columns [k PART, (k+1) PART).
+    pid = tl.program_id(0)
+    teams = tl.num_programs(0) // SPLITS
+    team = pid // SPLITS
+    lo = (pid % SPLITS) * PART
+    n_rows = tl.cdiv(M - team, teams)
+    for i in range(0, n_rows + 1):
+        if i < n_rows:  # row i, pass 1: this part's partials, published
+            row = (team + i * teams).to(tl.int64)
+            m, s = _softmax_stats(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N, BLOCK_N, STAGES)
+            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 2
+            tl.store(part, m)
+            tl.store(part + 1, s)
+            row_arrive(cnt_ptr + row * 2)
+        if i > 0:  # row i - 1, pass 2: its partials have had a whole pass 1 to arrive
+            row = (team + (i - 1) * teams).to(tl.int64)
+            row_wait(cnt_ptr + row * 2, SPLITS)
+            m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            _softmax_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, lo, lo + PART, N, m, inv,
+                           BLOCK_N, STAGES)
+
+
 def _launch_softmax(x, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -202,6 +242,12 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
         _softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _softmax_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                           BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    elif plan.mode == "team":
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
+        _softmax_team_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
+                                           plan.splits, utils.team_part(N, plan.splits, plan.block_n),
+                                           BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
+                                           launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _softmax_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
@@ -255,63 +301,75 @@ def _second_normalizer(T1, T2, T3, T4, T5, T6, N):
 
 
 @triton.jit
+def _double_softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # (m, T_1 .. T_6) of x_row[lo:hi]: the running max m and per-lane power sums P_k of
+    # e = exp(x - m), k = 1..6; when m grows by d, P_k is rescaled by exp(-k d) = r^k.
+    c = tl.arange(0, BLOCK_N)
+    m = tl.full([], float("-inf"), tl.float32)
+    P1 = tl.zeros([BLOCK_N], tl.float32)
+    P2 = tl.zeros([BLOCK_N], tl.float32)
+    P3 = tl.zeros([BLOCK_N], tl.float32)
+    P4 = tl.zeros([BLOCK_N], tl.float32)
+    P5 = tl.zeros([BLOCK_N], tl.float32)
+    P6 = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+        cols = start + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                    eviction_policy="evict_last").to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, 0))
+        r = tl.exp(m - m_new)
+        e = tl.exp(x - m_new)
+        rk = r
+        ek = e
+        P1 = P1 * rk + ek
+        rk *= r
+        ek *= e
+        P2 = P2 * rk + ek
+        rk *= r
+        ek *= e
+        P3 = P3 * rk + ek
+        rk *= r
+        ek *= e
+        P4 = P4 * rk + ek
+        rk *= r
+        ek *= e
+        P5 = P5 * rk + ek
+        rk *= r
+        ek *= e
+        P6 = P6 * rk + ek
+        m = m_new
+    return m, tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0), tl.sum(P5, 0), tl.sum(P6, 0)
+
+
+@triton.jit
+def _double_softmax_write(x_row, z_row, stride_xn, lo, hi, N, m, inv1, inv2, BLOCK_N: tl.constexpr,
+                          STAGES: tl.constexpr):
+    # z[lo:hi] = exp(y) / S2 with y = exp(x - m) / S1, last chunk first.
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    for j in tl.range(0, n_chunks, num_stages=STAGES):
+        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                    eviction_policy="evict_first").to(tl.float32)
+        z = tl.exp(tl.exp(x - m) * inv1) * inv2
+        tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
 def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
                                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
-    c = tl.arange(0, BLOCK_N)
-    n_chunks = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         row = (pid + i * n_prog).to(tl.int64)
-        x_row = x_ptr + row * stride_xm
-        z_row = z_ptr + row * stride_zm
-        # Pass 1: running max m and per-lane power sums P_k of e = exp(x - m), k = 1..6;
-        # when m grows by d, P_k is rescaled by exp(-k d) = r^k.
-        m = tl.full([], float("-inf"), tl.float32)
-        P1 = tl.zeros([BLOCK_N], tl.float32)
-        P2 = tl.zeros([BLOCK_N], tl.float32)
-        P3 = tl.zeros([BLOCK_N], tl.float32)
-        P4 = tl.zeros([BLOCK_N], tl.float32)
-        P5 = tl.zeros([BLOCK_N], tl.float32)
-        P6 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            cols = start + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy="evict_last").to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, 0))
-            r = tl.exp(m - m_new)
-            e = tl.exp(x - m_new)
-            rk = r
-            ek = e
-            P1 = P1 * rk + ek
-            rk *= r
-            ek *= e
-            P2 = P2 * rk + ek
-            rk *= r
-            ek *= e
-            P3 = P3 * rk + ek
-            rk *= r
-            ek *= e
-            P4 = P4 * rk + ek
-            rk *= r
-            ek *= e
-            P5 = P5 * rk + ek
-            rk *= r
-            ek *= e
-            P6 = P6 * rk + ek
-            m = m_new
-        inv1, inv2 = _second_normalizer(tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0),
-                                        tl.sum(P5, 0), tl.sum(P6, 0), N)
-        # Pass 2, last chunk first: y = e / S1, z = exp(y) / S2.
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            cols = (n_chunks - 1 - j) * BLOCK_N + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy="evict_first").to(tl.float32)
-            z = tl.exp(tl.exp(x - m) * inv1) * inv2
-            tl.store(z_row + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
+        m, T1, T2, T3, T4, T5, T6 = _double_softmax_stats(x_ptr + row * stride_xm, stride_xn, 0, N, N,
+                                                          BLOCK_N, STAGES)
+        inv1, inv2 = _second_normalizer(T1, T2, T3, T4, T5, T6, N)
+        _double_softmax_write(x_ptr + row * stride_xm, z_ptr + row * stride_zm, stride_xn, 0, N, N, m, inv1, inv2,
+                              BLOCK_N, STAGES)
 
 
 @triton.jit
@@ -410,6 +468,42 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, 
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
+@triton.jit
+def _double_softmax_team_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
+                                PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                                STAGES: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    # Teams and parts as in _softmax_team_kernel; partials (m, T_1 .. T_6) as _double_softmax_partial's.
+    pid = tl.program_id(0)
+    teams = tl.num_programs(0) // SPLITS
+    team = pid // SPLITS
+    lo = (pid % SPLITS) * PART
+    n_rows = tl.cdiv(M - team, teams)
+    for i in range(0, n_rows + 1):
+        if i < n_rows:
+            row = (team + i * teams).to(tl.int64)
+            m, T1, T2, T3, T4, T5, T6 = _double_softmax_stats(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N,
+                                                              BLOCK_N, STAGES)
+            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 8
+            tl.store(part, m)
+            tl.store(part + 1, T1)
+            tl.store(part + 2, T2)
+            tl.store(part + 3, T3)
+            tl.store(part + 4, T4)
+            tl.store(part + 5, T5)
+            tl.store(part + 6, T6)
+            row_arrive(cnt_ptr + row * 2)
+        if i > 0:
+            row = (team + (i - 1) * teams).to(tl.int64)
+            row_wait(cnt_ptr + row * 2, SPLITS)
+            m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            _double_softmax_write(x_ptr + row * stride_xm, z_ptr + row * stride_zm, stride_xn, lo, lo + PART, N,
+                                  m, inv1, inv2, BLOCK_N, STAGES)
+
+
 def _launch_double_softmax(x, z, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -426,6 +520,12 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         _double_softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _double_softmax_split_apply_kernel[grid](x, z, ws, N, sxm, sxn, N, plan.splits,
                                                  BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    elif plan.mode == "team":
+        ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
+        _double_softmax_team_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
+                                                  N, plan.splits, utils.team_part(N, plan.splits, plan.block_n),
+                                                  BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
+                                                  launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         _double_softmax_coop_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm,
@@ -433,10 +533,19 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
                                                   launch_cooperative_grid=True, **meta)
 
 
+def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
+    """The autotuner's candidates for softmax_impl, the heuristic's choice first."""
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True)
+
+
+def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)
+
+
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    # The looped kernel carries six per-lane accumulators: half the step of the other loops.
+    # The looped and team kernels carry six per-lane accumulators: half the step of the other loops.
     # Split plans first: they were the fastest for long rows at every row count measured.
-    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
+    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode in ("loop", "team") else p
              for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)]
     return sorted(plans, key=lambda p: p.mode != "split")
 
@@ -467,37 +576,50 @@ def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
 
 
 @triton.jit
+def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N: tl.constexpr,
+                       STAGES: tl.constexpr):
+    # sum(dy * y) over [lo, hi), per lane, then across lanes.
+    c = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+        cols = start + c
+        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+        acc += dy.to(tl.float32) * y.to(tl.float32)
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, dot, BLOCK_N: tl.constexpr,
+                       STAGES: tl.constexpr):
+    # dx[lo:hi] = y * (dy - dot), last chunk first.
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    for j in tl.range(0, n_chunks, num_stages=STAGES):
+        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
+                     eviction_policy="evict_first").to(tl.float32)
+        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
 def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
                              stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
-    c = tl.arange(0, BLOCK_N)
-    n_chunks = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         row = (pid + i * n_prog).to(tl.int64)
         dy_row = dy_ptr + row * stride_dym
         y_row = y_ptr + row * stride_ym
-        dx_row = dx_ptr + row * stride_dxm
-        # Pass 1: per-lane sums of dy * y.
-        acc = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, N, BLOCK_N, num_stages=STAGES):
-            cols = start + c
-            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
-            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
-            acc += dy.to(tl.float32) * y.to(tl.float32)
-        dot = tl.sum(acc, 0)
-        # Pass 2, last chunk first.
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            cols = (n_chunks - 1 - j) * BLOCK_N + c
-            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
-                         eviction_policy="evict_first").to(tl.float32)
-            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < N)
+        dot = _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, 0, N, N, BLOCK_N, STAGES)
+        _softmax_bwd_write(dy_row, y_row, dx_ptr + row * stride_dxm, stride_dyn, stride_yn, 0, N, N, dot,
+                           BLOCK_N, STAGES)
 
 
 @triton.jit
@@ -560,6 +682,36 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, strid
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
+@triton.jit
+def _softmax_bwd_team_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, stride_dym, stride_dyn, stride_ym,
+                             stride_yn, stride_dxm, SPLITS, PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_S: tl.constexpr, STAGES: tl.constexpr):
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    # Teams and parts as in _softmax_team_kernel; a part's partial is its sum of dy * y.
+    pid = tl.program_id(0)
+    teams = tl.num_programs(0) // SPLITS
+    team = pid // SPLITS
+    lo = (pid % SPLITS) * PART
+    n_rows = tl.cdiv(M - team, teams)
+    for i in range(0, n_rows + 1):
+        if i < n_rows:
+            row = (team + i * teams).to(tl.int64)
+            dot = _softmax_bwd_stats(dy_ptr + row * stride_dym, y_ptr + row * stride_ym, stride_dyn, stride_yn,
+                                     lo, lo + PART, N, BLOCK_N, STAGES)
+            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, dot)
+            row_arrive(cnt_ptr + row * 2)
+        if i > 0:
+            row = (team + (i - 1) * teams).to(tl.int64)
+            row_wait(cnt_ptr + row * 2, SPLITS)
+            dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
+            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            _softmax_bwd_write(dy_ptr + row * stride_dym, y_ptr + row * stride_ym, dx_ptr + row * stride_dxm,
+                               stride_dyn, stride_yn, lo, lo + PART, N, dot, BLOCK_N, STAGES)
+
+
 def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     M, N = y.shape
     strides = (*dy.stride(), *y.stride(), N)
@@ -577,6 +729,12 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         _softmax_bwd_split_stats_kernel[grid](dy, y, ws, N, *strides[:4], plan.splits, **meta)
         _softmax_bwd_split_apply_kernel[grid](dy, y, dx, ws, N, *strides, plan.splits,
                                               BLOCK_S=utils.next_pow2(plan.splits), **meta)
+    elif plan.mode == "team":
+        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
+        _softmax_bwd_team_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
+                                               *strides, plan.splits, utils.team_part(N, plan.splits, plan.block_n),
+                                               BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
+                                               launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
         _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
@@ -603,8 +761,7 @@ def softmax_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onchip:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    plans = functools.partial(utils.row_plans, *x.shape, x.device, max_onchip=max_onchip,
-                              elem_size=x.element_size(), coop_prefetch=True)
+    plans = functools.partial(softmax_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
     return _run("softmax", _launch_softmax, (x,), y, plans, plan)
 
 
@@ -626,7 +783,7 @@ def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: utils.RowPlan
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if y.numel() == 0:
         return dx
-    plans = functools.partial(utils.row_plans, *y.shape, y.device, max_onchip=max_onchip,
+    plans = functools.partial(softmax_backward_plans, *y.shape, y.device, max_onchip=max_onchip,
                               elem_size=y.element_size())
     return _run("softmax_backward", _launch_softmax_bwd, (dy, y), dx, plans, plan)
 

@@ -123,6 +123,12 @@ class RowPlan:
     mode "coop":  `grid` programs (a multiple of `splits`) take `grid / splits` rows at a time,
                   `splits` programs per row, each holding a chunk of `block_n` columns in
                   registers across a per-row barrier: one launch, one read.
+    mode "team":  `grid` programs form teams of `splits`; a team takes every (grid / splits)-th
+                  row, each member the same `team_part` columns of it, which it walks twice in
+                  steps of `block_n` (the second time from L2).  Between the passes the members
+                  exchange partial results, one row behind: a member publishes row i's partials,
+                  then finishes row i - 1, whose partials are all in by then.  One launch, the
+                  input read from DRAM once, and a short reuse distance (see row_plans).
     """
 
     mode: str
@@ -146,6 +152,10 @@ class RowPlan:
             stages = f", loads pipelined {self.stages} deep" if self.stages else ""
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
             return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
+        if self.mode == "team":
+            stages = f", loads pipelined {self.stages} deep" if self.stages else ""
+            return (f"row teams ({self.splits} programs per row, step {self.block_n}, {self.num_warps} warps, "
+                    f"{self.grid} programs{stages})")
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
@@ -192,6 +202,21 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
+def team_plan(M: int, N: int, device, splits: int, block_n: int = 4096, num_warps: int = 8, per_sm: int = 2,
+              stages: int | None = 3) -> RowPlan:
+    """Row teams of about `splits` programs (fewer when rounding each member's part up to a
+    whole number of `block_n` steps leaves the last ones nothing), `per_sm` programs per SM
+    (the cooperative launch fails, and the autotuner skips the plan, if they do not fit)."""
+    splits = cdiv(N, team_part(N, splits, block_n))
+    teams = max(1, min(M, num_sms(device) * per_sm // splits))
+    return RowPlan("team", 1, block_n, num_warps, splits, teams * splits, stages=stages)
+
+
+def team_part(N: int, splits: int, block_n: int) -> int:
+    """Columns per member of a row team: N / splits rounded up to whole steps."""
+    return cdiv(cdiv(N, splits), block_n) * block_n
+
+
 def coop_enabled(device) -> bool:
     """Cooperative plans need a GPU (the interpreter runs programs one after another, so a
     barrier would wait forever); FUSEBENCH_COOP=0 turns them off."""
@@ -234,9 +259,16 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
              for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
+    # row teams: reuse distance (what the GPU reads between a chunk's two reads) ~ grid * 2 parts,
+    # 8-33 MB here at 65536 fp32 columns, against a looped row's ~ grid * the whole row
+    teams = [team_plan(M, N, device, splits, step, warps, per_sm, stages)
+             for splits, step, warps, per_sm, stages in (
+                 (8, 4096, 8, 2, 3), (4, 4096, 8, 2, 3), (16, 4096, 8, 2, 3), (8, 2048, 4, 4, 3),
+                 (16, 2048, 4, 4, 3), (8, 4096, 16, 1, 3), (4, 8192, 16, 1, 2), (8, 4096, 8, 2, None))
+             ] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
-    return unique((splits + loops if few_rows else loops + splits) + coops + wide)
+    return unique((splits + loops if few_rows else loops + splits) + coops + teams + wide)
 
 
 @dataclass(frozen=True)
@@ -423,15 +455,21 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 @triton.jit
-def row_barrier_wait(cnt_ptr, count):
-    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs.
+def row_arrive(cnt_ptr):
+    """Count this program in at the per-row counter cnt_ptr[0].
 
-    Stores made by any thread of this program before the call are visible to the others after
-    theirs: a CTA barrier, then a release increment by one thread; waiters spin on acquire reads.
-    Every program must be resident (launch_cooperative_grid=True).  The spin gives up after
-    2**22 reads, so that a bug shows as a wrong result rather than a hung GPU."""
+    Stores made by any thread of this program before the call are visible to a program that
+    sees the count (row_wait): a CTA barrier, then a release increment by one thread."""
     tl.debug_barrier()
     tl.atomic_add(cnt_ptr, 1, sem="release")
+
+
+@triton.jit
+def row_wait(cnt_ptr, count):
+    """Wait until `count` programs have arrived at cnt_ptr[0] (acquire reads, so their stores
+    before arriving are visible after).  Every program must be resident
+    (launch_cooperative_grid=True).  The spin gives up after 2**22 reads, so that a bug shows as
+    a wrong result rather than a hung GPU."""
     seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
     spins = tl.full([], 0, tl.int32)
     while (seen < count) & (spins < 4194304):
@@ -441,8 +479,15 @@ def row_barrier_wait(cnt_ptr, count):
 
 
 @triton.jit
+def row_barrier_wait(cnt_ptr, count):
+    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs."""
+    row_arrive(cnt_ptr)
+    row_wait(cnt_ptr, count)
+
+
+@triton.jit
 def row_barrier_leave(cnt_ptr, count):
-    """After row_barrier_wait: the last of the `count` programs to leave resets the arrival
+    """After row_wait: the last of the `count` programs to leave resets the arrival
     counter cnt_ptr[0] and the departure counter cnt_ptr[1] for the next launch (every program
     has passed its wait by then)."""
     left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel")
