@@ -61,7 +61,27 @@ def log(msg: str) -> None:
 MAX_ONCHIP = [utils.MAX_ONCHIP]  # --max-onchip: longer rows than this get the long-row plans
 
 
+EXTRA_PLANS: list[str] = []  # --plans: specs of plans to try instead of the wrapper's list
+
+
+def parse_plan(spec: str, shape) -> utils.RowPlan:
+    """A plan from "loop:STEP:WARPS:GRID:STAGES", "team:SPLITS:STEP:WARPS:PER_SM:STAGES" or
+    "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not pipelined; GRID 0: one program per row)."""
+    mode, *v = spec.split(":")
+    n = [int(x) for x in v]
+    if mode == "loop" and len(n) == 4:
+        return utils.loop_plan(n[0], n[1], grid=n[2], stages=n[3] or None)
+    if mode == "team" and len(n) == 5:
+        return utils.team_plan(*shape, DEVICE, n[0], n[1], n[2], n[3], n[4] or None)
+    if mode == "coop" and len(n) == 4:
+        return utils.coop_plan(*shape, DEVICE, n[0], n[1], n[2], bool(n[3]))
+    raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES, team:SPLITS:STEP:WARPS:PER_SM:STAGES "
+                     "or coop:CHUNK:WARPS:PER_SM:PREFETCH")
+
+
 def plans_for(case_name: str, shape, modes) -> list[utils.RowPlan]:
+    if EXTRA_PLANS:
+        return [parse_plan(spec, shape) for spec in EXTRA_PLANS]
     plans = CASES[case_name][1](*shape, DEVICE, max_onchip=MAX_ONCHIP[0])
     return [p for p in plans if p.mode in modes]
 
@@ -133,7 +153,8 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
     shape_s = "x".join(map(str, shape))
     cmd = [ncu, "--target-processes", "all", "--cache-control", "none", "--clock-control", "none",
            "--metrics", NCU_METRICS, "--print-units", "base", "--csv", "--nvtx", "--nvtx-include", "long_rows/",
-           sys.executable, os.path.abspath(__file__), "--ncu-child", case_name, shape_s, ",".join(modes),
+           sys.executable, os.path.abspath(__file__), "--plans", ";".join(EXTRA_PLANS),
+           "--max-onchip", str(MAX_ONCHIP[0]), "--ncu-child", case_name, shape_s, ",".join(modes),
            ",".join(str(r["index"]) for r in ok)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     kernels = [(k["name"], k) for k in parse_ncu_csv(proc.stdout)["kernels"]]
@@ -169,10 +190,12 @@ def main() -> None:
     ap.add_argument("--modes", default="loop,split,coop,team")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--max-onchip", type=int, default=utils.MAX_ONCHIP)
+    ap.add_argument("--plans", default="", help="';'-separated plan specs (see parse_plan) instead of the wrapper's")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ncu-child", nargs=4, metavar=("CASE", "SHAPE", "MODES", "INDICES"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     MAX_ONCHIP[0] = a.max_onchip
+    EXTRA_PLANS[:] = [p for p in a.plans.split(";") if p]
     if a.ncu_child:
         case_name, shape_s, modes, idx = a.ncu_child
         ncu_child(case_name, tuple(map(int, shape_s.split("x"))), modes.split(","), [int(i) for i in idx.split(",")])

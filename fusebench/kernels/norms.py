@@ -27,6 +27,13 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
+import os
+
+# EXPERIMENT (session 7): cache hints of the long-row passes, from the environment.
+_LOAD1_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD1_EVICT", "evict_last"))
+_LOAD2_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD2_EVICT", "evict_first"))
+_STORE_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_STORE_EVICT", ""))
+
 from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
 
 LAYERNORM_EPS = 1e-5
@@ -316,7 +323,7 @@ def _row_sum(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.cons
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
         acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                       eviction_policy="evict_last").to(tl.float32)
+                       eviction_policy=_LOAD1_EVICT).to(tl.float32)
     return tl.sum(acc, 0)
 
 
@@ -328,8 +335,8 @@ def _scale_write(x_row, y_row, stride_xn, lo, hi, N, scale, BLOCK_N: tl.constexp
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N)
+                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
+        tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
 
 
 @triton.jit

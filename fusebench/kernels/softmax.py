@@ -39,6 +39,13 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
+import os
+
+# EXPERIMENT (session 7): cache hints of the long-row passes, from the environment.
+_LOAD1_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD1_EVICT", "evict_last"))
+_LOAD2_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD2_EVICT", "evict_first"))
+_STORE_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_STORE_EVICT", ""))
+
 from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
 
 # ----------------------------------------------------------------------------------------------
@@ -75,7 +82,7 @@ def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: t
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy="evict_last").to(tl.float32)
+                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, 0))
         s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
         m = m_new
@@ -90,8 +97,9 @@ def _softmax_write(x_row, y_row, stride_xn, lo, hi, N, m, inv, BLOCK_N: tl.const
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy="evict_first").to(tl.float32)
-        tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N)
+                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
+        tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
+                 eviction_policy=_STORE_EVICT)
 
 
 @triton.jit
