@@ -85,7 +85,7 @@ def _layernorm_stats(x_row, stride_xn, k, lo, hi, N, BLOCK_N: tl.constexpr, STAG
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
+                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
         d = tl.where(cols < N, x - k, 0.0)
         s1 += d
         s2 += d * d
@@ -101,10 +101,10 @@ def _layernorm_write(x_row, w_ptr, b_ptr, y_row, stride_xn, lo, hi, N, mean, rst
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
+                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N)
+        tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
 
 
 @triton.jit

@@ -323,7 +323,7 @@ def _double_softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, ST
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy="evict_last").to(tl.float32)
+                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, 0))
         r = tl.exp(m - m_new)
         e = tl.exp(x - m_new)
@@ -358,9 +358,9 @@ def _double_softmax_write(x_row, z_row, stride_xn, lo, hi, N, m, inv1, inv2, BLO
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy="evict_first").to(tl.float32)
+                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
         z = tl.exp(tl.exp(x - m) * inv1) * inv2
-        tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N)
+        tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
 
 
 @triton.jit
@@ -591,8 +591,8 @@ def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N:
     acc = tl.zeros([BLOCK_N], tl.float32)
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
-        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
-        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
         acc += dy.to(tl.float32) * y.to(tl.float32)
     return tl.sum(acc, 0)
 
@@ -606,10 +606,10 @@ def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, 
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
-                     eviction_policy="evict_first").to(tl.float32)
+                     eviction_policy=_LOAD2_EVICT).to(tl.float32)
         y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N)
+                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
+        tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
 
 
 @triton.jit
