@@ -116,6 +116,7 @@ LONG_PLANS = {
     "loop": utils.loop_plan(64, 4),
     "loop_capped": utils.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
     "loop_pipelined": utils.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
+    "loop_prefetched": utils.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
     "split": utils.split_plan(700, 64),  # 11 programs per row, the last one ragged
 }
 # the horizontal kernels also stream several rows side by side in their looped plans
@@ -158,6 +159,7 @@ SOLO_PLANS = {
     "coop": utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2),  # two rows at a time: 2 rounds
     # two teams of one: rows 0 and 2, row 1; each part 768 columns in 3 steps, the last ragged
     "team": utils.RowPlan("team", 1, 256, 4, splits=1, grid=2),
+    "team_prefetched": utils.RowPlan("team", 1, 256, 4, splits=1, grid=2, stages=1),
 }
 
 

@@ -33,6 +33,7 @@ import os
 _LOAD1_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD1_EVICT", "evict_last"))
 _LOAD2_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD2_EVICT", "evict_first"))
 _STORE_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_STORE_EVICT", ""))
+_PARAM_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_PARAM_EVICT", ""))
 
 from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
 
@@ -82,13 +83,26 @@ def _layernorm_stats(x_row, stride_xn, k, lo, hi, N, BLOCK_N: tl.constexpr, STAG
     c = tl.arange(0, BLOCK_N)
     s1 = tl.zeros([BLOCK_N], tl.float32)
     s2 = tl.zeros([BLOCK_N], tl.float32)
-    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
-        cols = start + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
-        d = tl.where(cols < N, x - k, 0.0)
-        s1 += d
-        s2 += d * d
+    if STAGES == 1:  # the next step's loads in flight (registers) while this step is reduced
+        cols = lo + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
+            cols_next = start + c
+            x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next < hi), other=0.0,
+                             eviction_policy=_LOAD1_EVICT)
+            d = tl.where(cols < N, x.to(tl.float32) - k, 0.0)
+            s1 += d
+            s2 += d * d
+            cols = cols_next
+            x = x_next
+    else:
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+            cols = start + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy=_LOAD1_EVICT).to(tl.float32)
+            d = tl.where(cols < N, x - k, 0.0)
+            s1 += d
+            s2 += d * d
     return tl.sum(s1, 0), tl.sum(s2, 0)
 
 
@@ -98,13 +112,32 @@ def _layernorm_write(x_row, w_ptr, b_ptr, y_row, stride_xn, lo, hi, N, mean, rst
     # y[lo:hi] = (x - mean) * rstd * w + b, last chunk first.
     c = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
-    for j in tl.range(0, n_chunks, num_stages=STAGES):
-        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+    if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
+        cols = lo + (n_chunks - 1) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT)
+        for j in tl.range(1, n_chunks + 1):
+            cols_next = cols - BLOCK_N
+            ok = (cols_next < N) & (cols_next >= lo)
+            x_next = tl.load(x_row + cols_next * stride_xn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
+            w_next = tl.load(w_ptr + cols_next, mask=ok, other=0.0, eviction_policy=_PARAM_EVICT)
+            b_next = tl.load(b_ptr + cols_next, mask=ok, other=0.0, eviction_policy=_PARAM_EVICT)
+            y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+            tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+            cols = cols_next
+            x = x_next
+            w = w_next
+            b = b_next
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT).to(tl.float32)
+            tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
 
 
 @triton.jit
@@ -320,10 +353,19 @@ def _row_sum(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.cons
     # sum of x_row[lo:hi], per lane, then across lanes.
     c = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
-    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
-        cols = start + c
-        acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                       eviction_policy=_LOAD1_EVICT).to(tl.float32)
+    if STAGES == 1:  # the next step's loads in flight (registers) while this step is added
+        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
+            cols = start + c
+            x_next = tl.load(x_row + cols * stride_xn, mask=(cols < N) & (cols < hi), other=0.0,
+                             eviction_policy=_LOAD1_EVICT)
+            acc += x.to(tl.float32)
+            x = x_next
+    else:
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+            cols = start + c
+            acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                           eviction_policy=_LOAD1_EVICT).to(tl.float32)
     return tl.sum(acc, 0)
 
 
@@ -332,11 +374,24 @@ def _scale_write(x_row, y_row, stride_xn, lo, hi, N, scale, BLOCK_N: tl.constexp
     # y[lo:hi] = x * scale, last chunk first.
     c = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
-    for j in tl.range(0, n_chunks, num_stages=STAGES):
-        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
-        tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+    if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
+        cols = lo + (n_chunks - 1) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        for j in tl.range(1, n_chunks + 1):
+            cols_next = cols - BLOCK_N
+            x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next >= lo), other=0.0,
+                             eviction_policy=_LOAD2_EVICT)
+            tl.store(y_row + cols, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
+            cols = cols_next
+            x = x_next
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
+                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+            tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
 
 
 @triton.jit

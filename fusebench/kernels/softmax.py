@@ -79,13 +79,25 @@ def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: t
     c = tl.arange(0, BLOCK_N)
     m = tl.full([], float("-inf"), tl.float32)
     s = tl.zeros([BLOCK_N], tl.float32)
-    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
-        cols = start + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, 0))
-        s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
-        m = m_new
+    if STAGES == 1:  # the next step's loads in flight (registers) while this step is reduced
+        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=float("-inf"), eviction_policy=_LOAD1_EVICT)
+        for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
+            cols = start + c
+            x_next = tl.load(x_row + cols * stride_xn, mask=(cols < N) & (cols < hi), other=float("-inf"),
+                             eviction_policy=_LOAD1_EVICT)
+            xf = x.to(tl.float32)
+            m_new = tl.maximum(m, tl.max(xf, 0))
+            s = s * tl.exp(m - m_new) + tl.exp(xf - m_new)
+            m = m_new
+            x = x_next
+    else:
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+            cols = start + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy=_LOAD1_EVICT).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+            m = m_new
     return m, tl.sum(s, 0)
 
 
@@ -94,12 +106,24 @@ def _softmax_write(x_row, y_row, stride_xn, lo, hi, N, m, inv, BLOCK_N: tl.const
     # y[lo:hi] = exp(x - m) * inv, last chunk first (those were read last, most likely still in L2).
     c = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
-    for j in tl.range(0, n_chunks, num_stages=STAGES):
-        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
-        tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
-                 eviction_policy=_STORE_EVICT)
+    if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
+        cols = lo + (n_chunks - 1) * BLOCK_N + c
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy=_LOAD2_EVICT)
+        for j in tl.range(1, n_chunks + 1):
+            cols_next = cols - BLOCK_N
+            x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next >= lo),
+                             other=float("-inf"), eviction_policy=_LOAD2_EVICT)
+            tl.store(y_row + cols, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
+            cols = cols_next
+            x = x_next
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
+                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+            tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
 
 
 @triton.jit
@@ -589,11 +613,24 @@ def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N:
     # sum(dy * y) over [lo, hi), per lane, then across lanes.
     c = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
-    for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
-        cols = start + c
-        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
-        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
-        acc += dy.to(tl.float32) * y.to(tl.float32)
+    if STAGES == 1:  # the next step's loads in flight while this step is reduced
+        dy = tl.load(dy_row + (lo + c) * stride_dyn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        y = tl.load(y_row + (lo + c) * stride_yn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
+            cols = start + c
+            dy_next = tl.load(dy_row + cols * stride_dyn, mask=(cols < N) & (cols < hi), other=0.0,
+                              eviction_policy=_LOAD1_EVICT)
+            y_next = tl.load(y_row + cols * stride_yn, mask=(cols < N) & (cols < hi), other=0.0,
+                             eviction_policy=_LOAD1_EVICT)
+            acc += dy.to(tl.float32) * y.to(tl.float32)
+            dy = dy_next
+            y = y_next
+    else:
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+            cols = start + c
+            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+            acc += dy.to(tl.float32) * y.to(tl.float32)
     return tl.sum(acc, 0)
 
 
@@ -603,13 +640,30 @@ def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, 
     # dx[lo:hi] = y * (dy - dot), last chunk first.
     c = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
-    for j in tl.range(0, n_chunks, num_stages=STAGES):
-        cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
-        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
-                     eviction_policy=_LOAD2_EVICT).to(tl.float32)
-        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
-                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
-        tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+    if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
+        cols = lo + (n_chunks - 1) * BLOCK_N + c
+        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        for j in tl.range(1, n_chunks + 1):
+            cols_next = cols - BLOCK_N
+            ok = (cols_next < N) & (cols_next >= lo)
+            dy_next = tl.load(dy_row + cols_next * stride_dyn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
+            y_next = tl.load(y_row + cols_next * stride_yn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
+            yf = y.to(tl.float32)
+            tl.store(dx_row + cols, (yf * (dy.to(tl.float32) - dot)).to(dx_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
+            cols = cols_next
+            dy = dy_next
+            y = y_next
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
+                         eviction_policy=_LOAD2_EVICT).to(tl.float32)
+            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
+                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+            tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy=_STORE_EVICT)
 
 
 @triton.jit

@@ -141,7 +141,9 @@ class RowPlan:
     # barrier; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
     # one memory round trip fewer before the store, three row-sized values per thread instead of one.
     prefetch: bool = False
-    stages: int | None = None  # loop: software-pipeline each pass's loads this deep (None: not at all)
+    # loop and team: software-pipeline each pass's loads this deep through shared memory (None: not
+    # at all; 1: the next step's loads are issued, into registers, before this step is used)
+    stages: int | None = None
 
     def describe(self) -> str:
         if self.mode == "tile":
@@ -149,17 +151,23 @@ class RowPlan:
             return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
-            stages = f", loads pipelined {self.stages} deep" if self.stages else ""
+            stages = _describe_stages(self.stages)
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
             return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
         if self.mode == "team":
-            stages = f", loads pipelined {self.stages} deep" if self.stages else ""
+            stages = _describe_stages(self.stages)
             return (f"row teams ({self.splits} programs per row, step {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{stages})")
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
+
+
+def _describe_stages(stages: int | None) -> str:
+    if stages == 1:
+        return ", next step prefetched"
+    return f", loads pipelined {stages} deep" if stages else ""
 
 
 def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int | None = None) -> RowPlan:
