@@ -2,7 +2,7 @@
 """Every launch plan of the two-pass row kernels at long rows: correct?, how fast?, how many DRAM bytes?
 
     PYTHONPATH=. python bench/long_rows.py [--cases softmax,norm_chain] [--shapes 1024x65536,8192x65536]
-                                           [--modes loop,split,coop,team] [--ncu] [--out DIR]
+                                           [--modes loop,split,coop] [--plans SPECS] [--ncu] [--out DIR]
 
 For each case and shape (fp32): the inputs (the case's make_inputs), the float64 reference, then
 for every candidate plan of the wrapper's list (softmax_plans, layernorm_plans, ...; the list the
@@ -65,18 +65,15 @@ EXTRA_PLANS: list[str] = []  # --plans: specs of plans to try instead of the wra
 
 
 def parse_plan(spec: str, shape) -> utils.RowPlan:
-    """A plan from "loop:STEP:WARPS:GRID:STAGES", "team:SPLITS:STEP:WARPS:PER_SM:STAGES" or
-    "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not pipelined; GRID 0: one program per row)."""
+    """A plan from "loop:STEP:WARPS:GRID:STAGES" or "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not
+    pipelined, 1: next step prefetched; GRID 0: one program per row)."""
     mode, *v = spec.split(":")
     n = [int(x) for x in v]
     if mode == "loop" and len(n) == 4:
         return utils.loop_plan(n[0], n[1], grid=n[2], stages=n[3] or None)
-    if mode == "team" and len(n) == 5:
-        return utils.team_plan(*shape, DEVICE, n[0], n[1], n[2], n[3], n[4] or None)
     if mode == "coop" and len(n) == 4:
         return utils.coop_plan(*shape, DEVICE, n[0], n[1], n[2], bool(n[3]))
-    raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES, team:SPLITS:STEP:WARPS:PER_SM:STAGES "
-                     "or coop:CHUNK:WARPS:PER_SM:PREFETCH")
+    raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES or coop:CHUNK:WARPS:PER_SM:PREFETCH")
 
 
 def plans_for(case_name: str, shape, modes) -> list[utils.RowPlan]:
@@ -187,7 +184,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--shapes", default="1024x65536,8192x65536")
-    ap.add_argument("--modes", default="loop,split,coop,team")
+    ap.add_argument("--modes", default="loop,split,coop")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--max-onchip", type=int, default=utils.MAX_ONCHIP)
     ap.add_argument("--plans", default="", help="';'-separated plan specs (see parse_plan) instead of the wrapper's")
@@ -228,8 +225,9 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     for r in sorted(rows, key=lambda r: (r["case"], r["shape"], -(r["of_copy"] or 0))):
+        note = "" if r["status"] == "ok" else r["status"]
         print(f"{r['case']:17s} {r['shape']:>11s} {r['of_copy'] or '-':>6} of copy  {r['time_us'] or '-':>9} us  "
-              f"read {r.get('read_x', '-')}x write {r.get('write_x', '-')}x  {r['plan']}  {r['status'] if r['status'] != 'ok' else ''}")
+              f"read {r.get('read_x', '-')}x write {r.get('write_x', '-')}x  {r['plan']}  {note}")
     log(f"wrote {path}")
 
 

@@ -154,24 +154,17 @@ TWO_PASS = ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_
 PLANS = {"softmax": ksm.softmax_plans, "double_softmax": ksm.double_softmax_plans,
          "softmax_backward": ksm.softmax_backward_plans, "layernorm": knorm.layernorm_plans,
          "norm_chain": knorm.norm_chain_plans}
-# One program per row: see test_cooperative_kernels_one_program_per_row.
-SOLO_PLANS = {
-    "coop": utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2),  # two rows at a time: 2 rounds
-    # two teams of one: rows 0 and 2, row 1; each part 768 columns in 3 steps, the last ragged
-    "team": utils.RowPlan("team", 1, 256, 4, splits=1, grid=2),
-    "team_prefetched": utils.RowPlan("team", 1, 256, 4, splits=1, grid=2, stages=1),
-}
 
 
-@pytest.mark.parametrize("mode", list(SOLO_PLANS))
 @pytest.mark.parametrize("name", TWO_PASS)
-def test_cooperative_kernels_one_program_per_row(name, mode):
-    # The cooperative and team kernels' programs of a row wait for each other, which the
-    # interpreter (one program after another) allows only when a row has a single program: this
-    # checks their rows, partials, combination and counter reset, not the exchange between
-    # programs (test_gpu_cooperative_plans does).
+def test_cooperative_kernels_one_program_per_row(name):
+    # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
+    # program after another) can pass only when a row has a single program: this checks their
+    # rounds, partials, combination and counter reset, not the exchange between programs
+    # (test_gpu_cooperative_plans does).
     args = inputs(name, (3, 700), torch.float32, seed=9)
-    check(name, IMPL[name](*args, plan=SOLO_PLANS[mode]), args)
+    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)  # two rows at a time: 2 rounds
+    check(name, IMPL[name](*args, plan=plan), args)
     assert int(utils.zeroed_counters(args[0].device, 6)[:6].abs().sum()) == 0
 
 
@@ -325,12 +318,10 @@ def test_gpu_sizes(name, shape, dtype):
                          ids=["300x70000-fp32", "7x20000-bf16"])
 @pytest.mark.parametrize("name", TWO_PASS)
 def test_gpu_cooperative_plans(name, shape, dtype):
-    # Every cooperative and team plan the autotuner may choose, forced: programs of a row on
-    # different SMs exchanging partials (300 rows: several per team; 70000 and 20000 columns:
-    # the last part ragged, teams shrunk to fit).
+    # Every cooperative plan the autotuner may choose, forced: programs of a row on different SMs
+    # exchanging partials (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).
     args = inputs(name, shape, dtype, seed=4)
-    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "team")]
-    assert {p.mode for p in plans} == {"coop", "team"}
+    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode == "coop"]
     ran = 0
     for plan in plans:
         try:
@@ -340,7 +331,7 @@ def test_gpu_cooperative_plans(name, shape, dtype):
             continue
         check(name, out, args)
         ran += 1
-    assert ran >= len(plans) // 2
+    assert ran >= 1, "no cooperative plan fits on this GPU"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -163,13 +163,13 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
 
 
 def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
-    """utils.row_plans without the cooperative and team ones (these cases read each row once anyway).
+    """utils.row_plans without the cooperative ones (these cases read each row once anyway).
 
     Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
     too: a few rows per program streamed in 1-2 K-column steps into per-lane accumulators and
     reduced across lanes once per row (the shape of Inductor's looped reductions), with one
     program per group of rows or a persistent, pipelined grid."""
-    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode not in ("coop", "team")]
+    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
     if 1024 <= N <= max_onchip:
         sms = utils.num_sms(device)
         plans += [utils.loop_plan(step, warps, rows=rows, grid=grid, stages=stages)

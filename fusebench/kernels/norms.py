@@ -27,15 +27,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-import os
-
-# EXPERIMENT (session 7): cache hints of the long-row passes, from the environment.
-_LOAD1_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD1_EVICT", "evict_last"))
-_LOAD2_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD2_EVICT", "evict_first"))
-_STORE_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_STORE_EVICT", ""))
-_PARAM_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_PARAM_EVICT", ""))
-
-from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
+from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
 
 LAYERNORM_EPS = 1e-5
 
@@ -85,11 +77,11 @@ def _layernorm_stats(x_row, stride_xn, k, lo, hi, N, BLOCK_N: tl.constexpr, STAG
     s2 = tl.zeros([BLOCK_N], tl.float32)
     if STAGES == 1:  # the next step's loads in flight (registers) while this step is reduced
         cols = lo + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy="evict_last")
         for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
             cols_next = start + c
             x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next < hi), other=0.0,
-                             eviction_policy=_LOAD1_EVICT)
+                             eviction_policy="evict_last")
             d = tl.where(cols < N, x.to(tl.float32) - k, 0.0)
             s1 += d
             s2 += d * d
@@ -99,7 +91,7 @@ def _layernorm_stats(x_row, stride_xn, k, lo, hi, N, BLOCK_N: tl.constexpr, STAG
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy=_LOAD1_EVICT).to(tl.float32)
+                        eviction_policy="evict_last").to(tl.float32)
             d = tl.where(cols < N, x - k, 0.0)
             s1 += d
             s2 += d * d
@@ -114,17 +106,17 @@ def _layernorm_write(x_row, w_ptr, b_ptr, y_row, stride_xn, lo, hi, N, mean, rst
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
     if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
         cols = lo + (n_chunks - 1) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT)
-        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy="evict_first")
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0)
         for j in tl.range(1, n_chunks + 1):
             cols_next = cols - BLOCK_N
             ok = (cols_next < N) & (cols_next >= lo)
-            x_next = tl.load(x_row + cols_next * stride_xn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
-            w_next = tl.load(w_ptr + cols_next, mask=ok, other=0.0, eviction_policy=_PARAM_EVICT)
-            b_next = tl.load(b_ptr + cols_next, mask=ok, other=0.0, eviction_policy=_PARAM_EVICT)
+            x_next = tl.load(x_row + cols_next * stride_xn, mask=ok, other=0.0, eviction_policy="evict_first")
+            w_next = tl.load(w_ptr + cols_next, mask=ok, other=0.0)
+            b_next = tl.load(b_ptr + cols_next, mask=ok, other=0.0)
             y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
-            tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+            tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=cols < N, eviction_policy="evict_first")
             cols = cols_next
             x = x_next
             w = w_next
@@ -133,11 +125,11 @@ def _layernorm_write(x_row, w_ptr, b_ptr, y_row, stride_xn, lo, hi, N, mean, rst
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT).to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0, eviction_policy=_PARAM_EVICT).to(tl.float32)
+                        eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_row + cols, ((x - mean) * rstd * w + b).to(y_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
 
 
 @triton.jit
@@ -251,40 +243,6 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
                 x = x_next
 
 
-@triton.jit
-def _layernorm_team_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                           eps, SPLITS, PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                           STAGES: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
-    # Teams and parts as in softmax.py's _softmax_team_kernel; every member shifts by the row's
-    # first element, so that the partial sums add up.
-    pid = tl.program_id(0)
-    teams = tl.num_programs(0) // SPLITS
-    team = pid // SPLITS
-    lo = (pid % SPLITS) * PART
-    n_rows = tl.cdiv(M - team, teams)
-    for i in range(0, n_rows + 1):
-        if i < n_rows:
-            row = (team + i * teams).to(tl.int64)
-            k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
-            sum_d, sum_d2 = _layernorm_stats(x_ptr + row * stride_xm, stride_xn, k, lo, lo + PART, N, BLOCK_N,
-                                             STAGES)
-            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 2
-            tl.store(part, sum_d)
-            tl.store(part + 1, sum_d2)
-            row_arrive(cnt_ptr + row * 2)
-        if i > 0:
-            row = (team + (i - 1) * teams).to(tl.int64)
-            k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
-            row_wait(cnt_ptr + row * 2, SPLITS)
-            mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            _layernorm_write(x_ptr + row * stride_xm, w_ptr, b_ptr, y_ptr + row * stride_ym, stride_xn, lo,
-                             lo + PART, N, mean, rstd, BLOCK_N, STAGES)
-
-
 def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -303,13 +261,6 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         _layernorm_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _layernorm_split_apply_kernel[grid](x, w, b, y, ws, N, sxm, sxn, N, LAYERNORM_EPS, plan.splits,
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
-    elif plan.mode == "team":
-        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
-        _layernorm_team_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
-                                             N, LAYERNORM_EPS, plan.splits,
-                                             utils.team_part(N, plan.splits, plan.block_n),
-                                             BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
-                                             launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
@@ -354,18 +305,18 @@ def _row_sum(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.cons
     c = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
     if STAGES == 1:  # the next step's loads in flight (registers) while this step is added
-        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=0.0, eviction_policy="evict_last")
         for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
             cols = start + c
             x_next = tl.load(x_row + cols * stride_xn, mask=(cols < N) & (cols < hi), other=0.0,
-                             eviction_policy=_LOAD1_EVICT)
+                             eviction_policy="evict_last")
             acc += x.to(tl.float32)
             x = x_next
     else:
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
             acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                           eviction_policy=_LOAD1_EVICT).to(tl.float32)
+                           eviction_policy="evict_last").to(tl.float32)
     return tl.sum(acc, 0)
 
 
@@ -376,22 +327,22 @@ def _scale_write(x_row, y_row, stride_xn, lo, hi, N, scale, BLOCK_N: tl.constexp
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
     if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
         cols = lo + (n_chunks - 1) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy="evict_first")
         for j in tl.range(1, n_chunks + 1):
             cols_next = cols - BLOCK_N
             x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next >= lo), other=0.0,
-                             eviction_policy=_LOAD2_EVICT)
+                             eviction_policy="evict_first")
             tl.store(y_row + cols, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
             cols = cols_next
             x = x_next
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0,
-                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+                        eviction_policy="evict_first").to(tl.float32)
             tl.store(y_row + cols, (x * scale).to(y_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
 
 
 @triton.jit
@@ -457,34 +408,6 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stri
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
-@triton.jit
-def _norm_chain_team_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS, PART,
-                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                            STAGES: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
-    # Teams and parts as in softmax.py's _softmax_team_kernel; a part's partial is its sum.
-    pid = tl.program_id(0)
-    teams = tl.num_programs(0) // SPLITS
-    team = pid // SPLITS
-    lo = (pid % SPLITS) * PART
-    n_rows = tl.cdiv(M - team, teams)
-    for i in range(0, n_rows + 1):
-        if i < n_rows:
-            row = (team + i * teams).to(tl.int64)
-            tl.store(ws_ptr + row * SPLITS + pid % SPLITS,
-                     _row_sum(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N, BLOCK_N, STAGES))
-            row_arrive(cnt_ptr + row * 2)
-        if i > 0:
-            row = (team + (i - 1) * teams).to(tl.int64)
-            row_wait(cnt_ptr + row * 2, SPLITS)
-            scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            _scale_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, lo, lo + PART, N, scale,
-                         BLOCK_N, STAGES)
-
-
 def _launch_norm_chain(x, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -501,12 +424,6 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
         _norm_chain_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _norm_chain_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                              BLOCK_S=utils.next_pow2(plan.splits), **meta)
-    elif plan.mode == "team":
-        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
-        _norm_chain_team_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
-                                              plan.splits, utils.team_part(N, plan.splits, plan.block_n),
-                                              BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
-                                              launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
         _norm_chain_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,

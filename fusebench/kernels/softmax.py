@@ -39,14 +39,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-import os
-
-# EXPERIMENT (session 7): cache hints of the long-row passes, from the environment.
-_LOAD1_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD1_EVICT", "evict_last"))
-_LOAD2_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_LOAD2_EVICT", "evict_first"))
-_STORE_EVICT = tl.constexpr(os.environ.get("FUSEBENCH_STORE_EVICT", ""))
-
-from fusebench.kernels.utils import row_arrive, row_barrier_leave, row_barrier_wait, row_wait, sum_of_partials
+from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
 
 # ----------------------------------------------------------------------------------------------
 # softmax
@@ -80,11 +73,11 @@ def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: t
     m = tl.full([], float("-inf"), tl.float32)
     s = tl.zeros([BLOCK_N], tl.float32)
     if STAGES == 1:  # the next step's loads in flight (registers) while this step is reduced
-        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=float("-inf"), eviction_policy=_LOAD1_EVICT)
+        x = tl.load(x_row + (lo + c) * stride_xn, mask=lo + c < N, other=float("-inf"), eviction_policy="evict_last")
         for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
             cols = start + c
             x_next = tl.load(x_row + cols * stride_xn, mask=(cols < N) & (cols < hi), other=float("-inf"),
-                             eviction_policy=_LOAD1_EVICT)
+                             eviction_policy="evict_last")
             xf = x.to(tl.float32)
             m_new = tl.maximum(m, tl.max(xf, 0))
             s = s * tl.exp(m - m_new) + tl.exp(xf - m_new)
@@ -94,7 +87,7 @@ def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: t
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy=_LOAD1_EVICT).to(tl.float32)
+                        eviction_policy="evict_last").to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, 0))
             s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
             m = m_new
@@ -108,22 +101,22 @@ def _softmax_write(x_row, y_row, stride_xn, lo, hi, N, m, inv, BLOCK_N: tl.const
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
     if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
         cols = lo + (n_chunks - 1) * BLOCK_N + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy=_LOAD2_EVICT)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy="evict_first")
         for j in tl.range(1, n_chunks + 1):
             cols_next = cols - BLOCK_N
             x_next = tl.load(x_row + cols_next * stride_xn, mask=(cols_next < N) & (cols_next >= lo),
-                             other=float("-inf"), eviction_policy=_LOAD2_EVICT)
+                             other=float("-inf"), eviction_policy="evict_first")
             tl.store(y_row + cols, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
             cols = cols_next
             x = x_next
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
             x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+                        eviction_policy="evict_first").to(tl.float32)
             tl.store(y_row + cols, (tl.exp(x - m) * inv).to(y_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
 
 
 @triton.jit
@@ -229,35 +222,6 @@ def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_
                 x = x_next
 
 
-@triton.jit
-def _softmax_team_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS, PART,
-                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, STAGES: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
-    # Team t of T = P / SPLITS takes rows t, t + T, ...; its member k the columns [k PART, (k+1) PART).
-    pid = tl.program_id(0)
-    teams = tl.num_programs(0) // SPLITS
-    team = pid // SPLITS
-    lo = (pid % SPLITS) * PART
-    n_rows = tl.cdiv(M - team, teams)
-    for i in range(0, n_rows + 1):
-        if i < n_rows:  # row i, pass 1: this part's partials, published
-            row = (team + i * teams).to(tl.int64)
-            m, s = _softmax_stats(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N, BLOCK_N, STAGES)
-            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 2
-            tl.store(part, m)
-            tl.store(part + 1, s)
-            row_arrive(cnt_ptr + row * 2)
-        if i > 0:  # row i - 1, pass 2: its partials have had a whole pass 1 to arrive
-            row = (team + (i - 1) * teams).to(tl.int64)
-            row_wait(cnt_ptr + row * 2, SPLITS)
-            m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            _softmax_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, lo, lo + PART, N, m, inv,
-                           BLOCK_N, STAGES)
-
-
 def _launch_softmax(x, y, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -274,12 +238,6 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
         _softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _softmax_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                           BLOCK_S=utils.next_pow2(plan.splits), **meta)
-    elif plan.mode == "team":
-        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
-        _softmax_team_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
-                                           plan.splits, utils.team_part(N, plan.splits, plan.block_n),
-                                           BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
-                                           launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         _softmax_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
@@ -347,7 +305,7 @@ def _double_softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, ST
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy=_LOAD1_EVICT).to(tl.float32)
+                    eviction_policy="evict_last").to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, 0))
         r = tl.exp(m - m_new)
         e = tl.exp(x - m_new)
@@ -382,9 +340,9 @@ def _double_softmax_write(x_row, z_row, stride_xn, lo, hi, N, m, inv1, inv2, BLO
     for j in tl.range(0, n_chunks, num_stages=STAGES):
         cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy=_LOAD2_EVICT).to(tl.float32)
+                    eviction_policy="evict_first").to(tl.float32)
         z = tl.exp(tl.exp(x - m) * inv1) * inv2
-        tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N, eviction_policy=_STORE_EVICT)
+        tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -500,42 +458,6 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, 
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
-@triton.jit
-def _double_softmax_team_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
-                                PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                                STAGES: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_zm = stride_zm // ALIGN * ALIGN
-    # Teams and parts as in _softmax_team_kernel; partials (m, T_1 .. T_6) as _double_softmax_partial's.
-    pid = tl.program_id(0)
-    teams = tl.num_programs(0) // SPLITS
-    team = pid // SPLITS
-    lo = (pid % SPLITS) * PART
-    n_rows = tl.cdiv(M - team, teams)
-    for i in range(0, n_rows + 1):
-        if i < n_rows:
-            row = (team + i * teams).to(tl.int64)
-            m, T1, T2, T3, T4, T5, T6 = _double_softmax_stats(x_ptr + row * stride_xm, stride_xn, lo, lo + PART, N,
-                                                              BLOCK_N, STAGES)
-            part = ws_ptr + (row * SPLITS + pid % SPLITS) * 8
-            tl.store(part, m)
-            tl.store(part + 1, T1)
-            tl.store(part + 2, T2)
-            tl.store(part + 3, T3)
-            tl.store(part + 4, T4)
-            tl.store(part + 5, T5)
-            tl.store(part + 6, T6)
-            row_arrive(cnt_ptr + row * 2)
-        if i > 0:
-            row = (team + (i - 1) * teams).to(tl.int64)
-            row_wait(cnt_ptr + row * 2, SPLITS)
-            m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            _double_softmax_write(x_ptr + row * stride_xm, z_ptr + row * stride_zm, stride_xn, lo, lo + PART, N,
-                                  m, inv1, inv2, BLOCK_N, STAGES)
-
-
 def _launch_double_softmax(x, z, plan: utils.RowPlan):
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -552,12 +474,6 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         _double_softmax_split_stats_kernel[grid](x, ws, N, sxm, sxn, plan.splits, **meta)
         _double_softmax_split_apply_kernel[grid](x, z, ws, N, sxm, sxn, N, plan.splits,
                                                  BLOCK_S=utils.next_pow2(plan.splits), **meta)
-    elif plan.mode == "team":
-        ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
-        _double_softmax_team_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
-                                                  N, plan.splits, utils.team_part(N, plan.splits, plan.block_n),
-                                                  BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
-                                                  launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         _double_softmax_coop_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm,
@@ -575,9 +491,9 @@ def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    # The looped and team kernels carry six per-lane accumulators: half the step of the other loops.
+    # The looped kernel carries six per-lane accumulators: half the step of the other loops.
     # Split plans first: they were the fastest for long rows at every row count measured.
-    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode in ("loop", "team") else p
+    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
              for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)]
     return sorted(plans, key=lambda p: p.mode != "split")
 
@@ -614,22 +530,22 @@ def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N:
     c = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
     if STAGES == 1:  # the next step's loads in flight while this step is reduced
-        dy = tl.load(dy_row + (lo + c) * stride_dyn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
-        y = tl.load(y_row + (lo + c) * stride_yn, mask=lo + c < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+        dy = tl.load(dy_row + (lo + c) * stride_dyn, mask=lo + c < N, other=0.0, eviction_policy="evict_last")
+        y = tl.load(y_row + (lo + c) * stride_yn, mask=lo + c < N, other=0.0, eviction_policy="evict_last")
         for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
             cols = start + c
             dy_next = tl.load(dy_row + cols * stride_dyn, mask=(cols < N) & (cols < hi), other=0.0,
-                              eviction_policy=_LOAD1_EVICT)
+                              eviction_policy="evict_last")
             y_next = tl.load(y_row + cols * stride_yn, mask=(cols < N) & (cols < hi), other=0.0,
-                             eviction_policy=_LOAD1_EVICT)
+                             eviction_policy="evict_last")
             acc += dy.to(tl.float32) * y.to(tl.float32)
             dy = dy_next
             y = y_next
     else:
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
-            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
-            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD1_EVICT)
+            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
             acc += dy.to(tl.float32) * y.to(tl.float32)
     return tl.sum(acc, 0)
 
@@ -642,16 +558,16 @@ def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, 
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
     if STAGES == 1:  # the next (lower) chunk's loads in flight while this one is written
         cols = lo + (n_chunks - 1) * BLOCK_N + c
-        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
-        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy=_LOAD2_EVICT)
+        dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_first")
+        y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_first")
         for j in tl.range(1, n_chunks + 1):
             cols_next = cols - BLOCK_N
             ok = (cols_next < N) & (cols_next >= lo)
-            dy_next = tl.load(dy_row + cols_next * stride_dyn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
-            y_next = tl.load(y_row + cols_next * stride_yn, mask=ok, other=0.0, eviction_policy=_LOAD2_EVICT)
+            dy_next = tl.load(dy_row + cols_next * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_first")
+            y_next = tl.load(y_row + cols_next * stride_yn, mask=ok, other=0.0, eviction_policy="evict_first")
             yf = y.to(tl.float32)
             tl.store(dx_row + cols, (yf * (dy.to(tl.float32) - dot)).to(dx_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
             cols = cols_next
             dy = dy_next
             y = y_next
@@ -659,11 +575,11 @@ def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, 
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
             dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
-                         eviction_policy=_LOAD2_EVICT).to(tl.float32)
+                         eviction_policy="evict_first").to(tl.float32)
             y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
-                        eviction_policy=_LOAD2_EVICT).to(tl.float32)
+                        eviction_policy="evict_first").to(tl.float32)
             tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N,
-                     eviction_policy=_STORE_EVICT)
+                     eviction_policy="evict_first")
 
 
 @triton.jit
@@ -744,36 +660,6 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, strid
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
 
 
-@triton.jit
-def _softmax_bwd_team_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, stride_dym, stride_dyn, stride_ym,
-                             stride_yn, stride_dxm, SPLITS, PART, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_S: tl.constexpr, STAGES: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_dym = stride_dym // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
-    stride_dxm = stride_dxm // ALIGN * ALIGN
-    # Teams and parts as in _softmax_team_kernel; a part's partial is its sum of dy * y.
-    pid = tl.program_id(0)
-    teams = tl.num_programs(0) // SPLITS
-    team = pid // SPLITS
-    lo = (pid % SPLITS) * PART
-    n_rows = tl.cdiv(M - team, teams)
-    for i in range(0, n_rows + 1):
-        if i < n_rows:
-            row = (team + i * teams).to(tl.int64)
-            dot = _softmax_bwd_stats(dy_ptr + row * stride_dym, y_ptr + row * stride_ym, stride_dyn, stride_yn,
-                                     lo, lo + PART, N, BLOCK_N, STAGES)
-            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, dot)
-            row_arrive(cnt_ptr + row * 2)
-        if i > 0:
-            row = (team + (i - 1) * teams).to(tl.int64)
-            row_wait(cnt_ptr + row * 2, SPLITS)
-            dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            _softmax_bwd_write(dy_ptr + row * stride_dym, y_ptr + row * stride_ym, dx_ptr + row * stride_dxm,
-                               stride_dyn, stride_yn, lo, lo + PART, N, dot, BLOCK_N, STAGES)
-
-
 def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     M, N = y.shape
     strides = (*dy.stride(), *y.stride(), N)
@@ -791,12 +677,6 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         _softmax_bwd_split_stats_kernel[grid](dy, y, ws, N, *strides[:4], plan.splits, **meta)
         _softmax_bwd_split_apply_kernel[grid](dy, y, dx, ws, N, *strides, plan.splits,
                                               BLOCK_S=utils.next_pow2(plan.splits), **meta)
-    elif plan.mode == "team":
-        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
-        _softmax_bwd_team_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
-                                               *strides, plan.splits, utils.team_part(N, plan.splits, plan.block_n),
-                                               BLOCK_S=utils.next_pow2(plan.splits), STAGES=plan.stages,
-                                               launch_cooperative_grid=True, **meta)
     else:
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
         _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,

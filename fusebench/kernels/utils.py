@@ -21,20 +21,30 @@ Heuristics (documented here once, used by every memory-bound kernel):
   which guarantees that all programs are resident, so the barrier cannot deadlock; GPU only:
   the interpreter runs programs one after another).  The heuristic's first choice is `split`
   for fewer rows than twice the SM count, else `loop`; on a GPU the autotuner times them all.
-  Looped passes may also be software-pipelined (`stages`: loads of the next steps in flight
-  through shared memory) on a persistent grid.  Measured on an H200 (bench/membound.py and the
-  autotune logs in docs/device-runs/): `loop` wins for most cases with many long rows (pipelined
-  for layernorm), `split` for few rows and for double_softmax, `coop` for softmax_backward (two
-  inputs); at 65536 fp32 columns none passes about 75% of the copy rate.
+  Looped passes may also be software-pipelined (`stages` >= 2: loads of the next steps in flight
+  through shared memory) or prefetched (`stages` = 1: the next step's loads issued into registers
+  before this step is used), on a persistent grid.  What decides a looped plan at long rows is
+  how much of the second pass hits L2 (bench/long_rows.py, Nsight Compute DRAM bytes, H200,
+  65536 fp32 columns, session 7): with one program per row, or a pipelined persistent grid, the
+  input is read 1.5-1.9x from DRAM; one 32-warp program per SM taking 16384-column steps,
+  prefetched, reads it 1.05x and reaches ~0.9 of the copy rate for norm_chain and softmax at
+  8192 rows.  Pipelined passes re-read more (1.5-2x) even at short reuse distances (not
+  understood).  Row "teams" (several programs per row, each walking its part twice, exchanging
+  partials one row behind) read 1.0-1.1x but stayed at 0.3-0.65 of the copy rate: removed.
+  `split` wins for few rows and for double_softmax, `coop` (read once, but its barrier wait
+  leaves DRAM idle: 0.6-0.75) for softmax_backward, whose two inputs double a loop's reuse
+  distance.
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
   row starts aligned and the mask uniform over each vector, which it knows only for sizes and
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
   length and strides; kernels rewrite `n` as `n // ALIGN * ALIGN`, which tells the compiler.
 * Cache hints.  The looped kernels load a row's first pass `evict_last` (it is read again) and
-  the last `evict_first`.  horizontal_reduction_reduction, which only reads, loads everything
-  `evict_first`; the kernels that write as much as they read measured slower with that hint
-  (see horizontal.py).  Lines loaded `evict_last` outlived the plain L2 flush used before session
-  6 into the next timed call; the flush now evicts them too (measure.timing).
+  the second `evict_first`, and store `evict_first` (so that the output streaming through L2 does
+  not push out rows waiting for their second pass: measured 1.2x -> 1.1x DRAM reads).
+  horizontal_reduction_reduction, which only reads, loads everything `evict_first`; the kernels
+  that write as much as they read measured slower with that hint (see horizontal.py).  Lines
+  loaded `evict_last` outlived the plain L2 flush used before session 6 into the next timed
+  call; the flush now evicts them too (measure.timing).
 * The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
   timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
   key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
@@ -123,12 +133,6 @@ class RowPlan:
     mode "coop":  `grid` programs (a multiple of `splits`) take `grid / splits` rows at a time,
                   `splits` programs per row, each holding a chunk of `block_n` columns in
                   registers across a per-row barrier: one launch, one read.
-    mode "team":  `grid` programs form teams of `splits`; a team takes every (grid / splits)-th
-                  row, each member the same `team_part` columns of it, which it walks twice in
-                  steps of `block_n` (the second time from L2).  Between the passes the members
-                  exchange partial results, one row behind: a member publishes row i's partials,
-                  then finishes row i - 1, whose partials are all in by then.  One launch, the
-                  input read from DRAM once, and a short reuse distance (see row_plans).
     """
 
     mode: str
@@ -141,8 +145,8 @@ class RowPlan:
     # barrier; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
     # one memory round trip fewer before the store, three row-sized values per thread instead of one.
     prefetch: bool = False
-    # loop and team: software-pipeline each pass's loads this deep through shared memory (None: not
-    # at all; 1: the next step's loads are issued, into registers, before this step is used)
+    # loop: software-pipeline each pass's loads this deep through shared memory (None: not at all;
+    # 1: the next step's loads are issued, into registers, before this step is used)
     stages: int | None = None
 
     def describe(self) -> str:
@@ -151,23 +155,14 @@ class RowPlan:
             return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
-            stages = _describe_stages(self.stages)
+            stages = (", next step prefetched" if self.stages == 1 else
+                      f", loads pipelined {self.stages} deep" if self.stages else "")
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
             return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
-        if self.mode == "team":
-            stages = _describe_stages(self.stages)
-            return (f"row teams ({self.splits} programs per row, step {self.block_n}, {self.num_warps} warps, "
-                    f"{self.grid} programs{stages})")
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
-
-
-def _describe_stages(stages: int | None) -> str:
-    if stages == 1:
-        return ", next step prefetched"
-    return f", loads pipelined {stages} deep" if stages else ""
 
 
 def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int | None = None) -> RowPlan:
@@ -210,21 +205,6 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
-def team_plan(M: int, N: int, device, splits: int, block_n: int = 4096, num_warps: int = 8, per_sm: int = 2,
-              stages: int | None = 3) -> RowPlan:
-    """Row teams of about `splits` programs (fewer when rounding each member's part up to a
-    whole number of `block_n` steps leaves the last ones nothing), `per_sm` programs per SM
-    (the cooperative launch fails, and the autotuner skips the plan, if they do not fit)."""
-    splits = cdiv(N, team_part(N, splits, block_n))
-    teams = max(1, min(M, num_sms(device) * per_sm // splits))
-    return RowPlan("team", 1, block_n, num_warps, splits, teams * splits, stages=stages)
-
-
-def team_part(N: int, splits: int, block_n: int) -> int:
-    """Columns per member of a row team: N / splits rounded up to whole steps."""
-    return cdiv(cdiv(N, splits), block_n) * block_n
-
-
 def coop_enabled(device) -> bool:
     """Cooperative plans need a GPU (the interpreter runs programs one after another, so a
     barrier would wait forever); FUSEBENCH_COOP=0 turns them off."""
@@ -262,21 +242,20 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              # a persistent grid then keeps fewer rows between a row's two passes, so that the
              # second pass finds them in L2
              loop_plan(4096, 8, stages=3), loop_plan(8192, 16, stages=2), loop_plan(4096, 8, grid=2 * sms, stages=3),
-             loop_plan(8192, 16, grid=sms, stages=3), loop_plan(4096, 16, grid=sms, stages=4)]
+             loop_plan(8192, 16, grid=sms, stages=3), loop_plan(4096, 16, grid=sms, stages=4),
+             # one program per SM, big steps, the next step's loads issued before this one is used
+             # (registers, not shared memory): few rows between a row's two passes, so the second
+             # finds them in L2 (about 1.05x the input read from DRAM at 65536 columns, against
+             # 1.5-1.9x for the plans above), and still enough bytes in flight
+             loop_plan(16384, 32, grid=sms, stages=1), loop_plan(8192, 32, grid=sms, stages=1),
+             loop_plan(8192, 16, grid=sms, stages=1)]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
              for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
-    # row teams: reuse distance (what the GPU reads between a chunk's two reads) ~ grid * 2 parts,
-    # 8-33 MB here at 65536 fp32 columns, against a looped row's ~ grid * the whole row
-    teams = [team_plan(M, N, device, splits, step, warps, per_sm, stages)
-             for splits, step, warps, per_sm, stages in (
-                 (8, 4096, 8, 2, 3), (4, 4096, 8, 2, 3), (16, 4096, 8, 2, 3), (8, 2048, 4, 4, 3),
-                 (16, 2048, 4, 4, 3), (8, 4096, 16, 1, 3), (4, 8192, 16, 1, 2), (8, 4096, 8, 2, None))
-             ] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
-    return unique((splits + loops if few_rows else loops + splits) + coops + teams + wide)
+    return unique((splits + loops if few_rows else loops + splits) + coops + wide)
 
 
 @dataclass(frozen=True)
@@ -463,21 +442,15 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 @triton.jit
-def row_arrive(cnt_ptr):
-    """Count this program in at the per-row counter cnt_ptr[0].
+def row_barrier_wait(cnt_ptr, count):
+    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs.
 
-    Stores made by any thread of this program before the call are visible to a program that
-    sees the count (row_wait): a CTA barrier, then a release increment by one thread."""
+    Stores made by any thread of this program before the call are visible to the others after
+    theirs: a CTA barrier, then a release increment by one thread; waiters spin on acquire reads.
+    Every program must be resident (launch_cooperative_grid=True).  The spin gives up after
+    2**22 reads, so that a bug shows as a wrong result rather than a hung GPU."""
     tl.debug_barrier()
     tl.atomic_add(cnt_ptr, 1, sem="release")
-
-
-@triton.jit
-def row_wait(cnt_ptr, count):
-    """Wait until `count` programs have arrived at cnt_ptr[0] (acquire reads, so their stores
-    before arriving are visible after).  Every program must be resident
-    (launch_cooperative_grid=True).  The spin gives up after 2**22 reads, so that a bug shows as
-    a wrong result rather than a hung GPU."""
     seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
     spins = tl.full([], 0, tl.int32)
     while (seen < count) & (spins < 4194304):
@@ -487,15 +460,8 @@ def row_wait(cnt_ptr, count):
 
 
 @triton.jit
-def row_barrier_wait(cnt_ptr, count):
-    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs."""
-    row_arrive(cnt_ptr)
-    row_wait(cnt_ptr, count)
-
-
-@triton.jit
 def row_barrier_leave(cnt_ptr, count):
-    """After row_wait: the last of the `count` programs to leave resets the arrival
+    """After row_barrier_wait: the last of the `count` programs to leave resets the arrival
     counter cnt_ptr[0] and the departure counter cnt_ptr[1] for the next launch (every program
     has passed its wait by then)."""
     left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel")
