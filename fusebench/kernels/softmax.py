@@ -65,6 +65,12 @@ def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
              y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+# The looped kernels' passes, here and in norms.py, are helpers over a column range [lo, hi) of
+# one row (the looped kernels pass the whole row; session 7's row-team kernels, measured slower and
+# removed, passed a part of it).  STAGES: None, plain loads; 1, the next step's loads issued before
+# this step is used (registers); >= 2, tl.range's shared-memory pipeline (see utils.RowPlan).
+
+
 @triton.jit
 def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     # (m, s) of x_row[lo:hi] (columns >= N padded): the running max m and the sum of exp(x - m),
