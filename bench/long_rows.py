@@ -31,6 +31,7 @@ import csv
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -39,7 +40,8 @@ from fusebench.cases import get_case
 from fusebench.kernels import norms, softmax, utils
 from fusebench.measure.accuracy import compare
 from fusebench.measure.l2flush import zero_evict_last
-from fusebench.metrics.ncu import find_ncu, ncu_failure, parse_ncu_csv
+from fusebench.measure.timing import _flush_buffer
+from fusebench.metrics.ncu import find_ncu, ncu_command, ncu_failure, parse_ncu_csv
 
 # case -> (wrapper with a `plan` argument, the wrapper's candidate list)
 CASES = {
@@ -49,7 +51,8 @@ CASES = {
     "layernorm": (norms.layernorm_impl, norms.layernorm_plans),
     "norm_chain": (norms.norm_chain_impl, norms.norm_chain_plans),
 }
-NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
+NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+NVTX_RANGE = "long_rows"
 T0 = time.time()
 DEVICE = os.environ.get("LONG_ROWS_DEVICE", "cuda")
 
@@ -126,12 +129,11 @@ def ncu_child(case_name: str, shape, modes, indices: list[int]) -> None:
     impl = CASES[case_name][0]
     plans = plans_for(case_name, shape, modes)
     args = case.make_inputs(shape, torch.float32, "cuda", 0)
-    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.int32,
-                        device="cuda")
+    flush = _flush_buffer("cuda")  # the cells' flush buffer: twice the L2
     for i in indices:
         impl(*args, plan=plans[i])
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push("long_rows")
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
     for i in indices:
         zero_evict_last(flush)
         impl(*args, plan=plans[i])
@@ -147,14 +149,15 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
         for r in ok:
             r["dram"] = "not available: ncu not found"
         return
-    shape_s = "x".join(map(str, shape))
-    cmd = [ncu, "--target-processes", "all", "--cache-control", "none", "--clock-control", "none",
-           "--metrics", NCU_METRICS, "--print-units", "base", "--csv", "--nvtx", "--nvtx-include", "long_rows/",
-           sys.executable, os.path.abspath(__file__), "--plans", ";".join(EXTRA_PLANS),
-           "--max-onchip", str(MAX_ONCHIP[0]), "--ncu-child", case_name, shape_s, ",".join(modes),
-           ",".join(str(r["index"]) for r in ok)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    kernels = [(k["name"], k) for k in parse_ncu_csv(proc.stdout)["kernels"]]
+    child = [sys.executable, os.path.abspath(__file__), "--plans", ";".join(EXTRA_PLANS),
+             "--max-onchip", str(MAX_ONCHIP[0]), "--ncu-child", case_name, "x".join(map(str, shape)),
+             ",".join(modes), ",".join(str(r["index"]) for r in ok)]
+    with tempfile.TemporaryDirectory() as tmp:
+        log_file = os.path.join(tmp, "ncu.csv")
+        proc = subprocess.run(ncu_command(ncu, log_file, child, NCU_METRICS, NVTX_RANGE), capture_output=True,
+                              text=True, timeout=600)
+        text = open(log_file).read() if os.path.exists(log_file) else ""
+    kernels = [(k["name"], k) for k in parse_ncu_csv(text)["kernels"]]
     # Each plan launches one kernel (two for split) after our flush kernel, in order.
     nbytes = get_case(case_name).min_bytes(shape, torch.float32)
     in_bytes = out_bytes = nbytes / 2
@@ -168,7 +171,7 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
         elif cur is not None:
             cur.append((name, vals))
     if len(groups) != len(ok):
-        why = ncu_failure(proc.stdout + proc.stderr) or f"{len(groups)} plans profiled of {len(ok)}"
+        why = ncu_failure(text + proc.stdout + proc.stderr) or f"{len(groups)} plans profiled of {len(ok)}"
         for r in ok:
             r["dram"] = f"not available: {why}"
         return

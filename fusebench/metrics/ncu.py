@@ -254,10 +254,12 @@ def child_command(case, impl_name: str, shape, dtype_name: str, mode: str = "ncu
     return cmd, why
 
 
-def ncu_command(ncu: str, log_file: str, child: list[str]) -> list[str]:
+def ncu_command(ncu: str, log_file: str, child: list[str], metrics=METRICS, nvtx_range: str = NVTX_RANGE) -> list[str]:
+    """ncu running `child`, profiling the kernels inside its NVTX push/pop range `nvtx_range`
+    (bench/long_rows.py passes its own metrics and range)."""
     return [ncu, "--target-processes", "all", "--cache-control", "none", "--clock-control", "none",
-            "--metrics", ",".join(METRICS), "--print-units", "base", "--csv", "--log-file", log_file,
-            "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/"] + child
+            "--metrics", ",".join(metrics), "--print-units", "base", "--csv", "--log-file", log_file,
+            "--nvtx", "--nvtx-include", f"{nvtx_range}/"] + child
 
 
 def run_ncu(case, impl_name: str, shape, dtype_name: str, min_bytes: int | None, timeout: float = TIMEOUT_S,
