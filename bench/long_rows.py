@@ -68,15 +68,21 @@ EXTRA_PLANS: list[str] = []  # --plans: specs of plans to try instead of the wra
 
 
 def parse_plan(spec: str, shape) -> utils.RowPlan:
-    """A plan from "loop:STEP:WARPS:GRID:STAGES" or "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not
-    pipelined, 1: next step prefetched; GRID 0: one program per row)."""
+    """A plan from "loop:STEP:WARPS:GRID:STAGES", "stream:STEP:WARPS:PER_SM", "tile:ROWS:WARPS" or
+    "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not pipelined, 1: next step prefetched; GRID 0: one
+    program per row)."""
     mode, *v = spec.split(":")
     n = [int(x) for x in v]
     if mode == "loop" and len(n) == 4:
         return utils.loop_plan(n[0], n[1], grid=n[2], stages=n[3] or None)
+    if mode == "stream" and len(n) == 3:
+        return utils.stream_plan(DEVICE, n[0], n[1], n[2])
+    if mode == "tile" and len(n) == 2:
+        return utils.tile_plan(*shape, DEVICE, n[0], n[1])
     if mode == "coop" and len(n) == 4:
         return utils.coop_plan(*shape, DEVICE, n[0], n[1], n[2], bool(n[3]))
-    raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES or coop:CHUNK:WARPS:PER_SM:PREFETCH")
+    raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES, stream:STEP:WARPS:PER_SM, "
+                     "tile:ROWS:WARPS or coop:CHUNK:WARPS:PER_SM:PREFETCH")
 
 
 def plans_for(case_name: str, shape, modes) -> list[utils.RowPlan]:

@@ -156,12 +156,31 @@ PLANS = {"softmax": ksm.softmax_plans, "double_softmax": ksm.double_softmax_plan
          "norm_chain": knorm.norm_chain_plans}
 
 
+# The streamed plans (utils.RowPlan "stream"): one chain of steps per program across passes and rows.
+STREAM_PLANS = {
+    "stream": utils.RowPlan("stream", 1, 64, 4, grid=2),  # 11 steps per pass, the last ragged; 2 rows for one program
+    "stream_two_chunks": utils.RowPlan("stream", 1, 512, 4, grid=2),  # no whole middle chunks in pass 2
+    "stream_one_chunk": utils.RowPlan("stream", 1, 1024, 4, grid=4),  # a row in one step; a program with no row
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("mode", list(STREAM_PLANS))
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_stream_plans(name, mode, dtype, layout):
+    args = inputs(name, (3, 700), dtype, seed=5)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") if isinstance(a, torch.Tensor) else a for a in args)
+    check(name, IMPL[name](*args, plan=STREAM_PLANS[mode]), args)
+
+
 @pytest.mark.parametrize("name", TWO_PASS)
 def test_cooperative_kernels_one_program_per_row(name):
     # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
     # program after another) can pass only when a row has a single program: this checks their
     # rounds, partials, combination and counter reset, not the exchange between programs
-    # (test_gpu_cooperative_plans does).
+    # (test_gpu_cooperative_and_streamed_plans does).
     args = inputs(name, (3, 700), torch.float32, seed=9)
     plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)  # two rows at a time: 2 rounds
     check(name, IMPL[name](*args, plan=plan), args)
@@ -317,11 +336,12 @@ def test_gpu_sizes(name, shape, dtype):
 @pytest.mark.parametrize("shape, dtype", [((300, 70000), torch.float32), ((7, 20000), torch.bfloat16)],
                          ids=["300x70000-fp32", "7x20000-bf16"])
 @pytest.mark.parametrize("name", TWO_PASS)
-def test_gpu_cooperative_plans(name, shape, dtype):
-    # Every cooperative plan the autotuner may choose, forced: programs of a row on different SMs
-    # exchanging partials (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).
+def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
+    # Every cooperative and streamed plan the autotuner may choose, forced: programs of a row on
+    # different SMs exchanging partials; persistent programs taking several rows each, in big steps
+    # (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).
     args = inputs(name, shape, dtype, seed=4)
-    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode == "coop"]
+    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream")]
     ran = 0
     for plan in plans:
         try:
@@ -331,7 +351,7 @@ def test_gpu_cooperative_plans(name, shape, dtype):
             continue
         check(name, out, args)
         ran += 1
-    assert ran >= 1, "no cooperative plan fits on this GPU"
+    assert ran >= 4, "fewer cooperative and streamed plans than expected fit on this GPU"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -154,6 +154,75 @@ def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
 
 
 @triton.jit
+def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
+                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The step chain of softmax.py's _softmax_stream_kernel: sums of d = x - K (K the row's first
+    # element, loaded with the row's first chunk), then y = (x - mean) * rstd * w + b, with the
+    # weight and bias of the next chunk in flight with its x.
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N
+    row = pid.to(tl.int64)
+    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=0.0,
+                eviction_policy="evict_last")
+    k = tl.load(x_ptr + row * stride_xm, mask=row < M, other=0.0).to(tl.float32)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        s1 = tl.zeros([BLOCK_N], tl.float32)
+        s2 = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):  # x: whole chunks, no padding to zero
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=0.0,
+                             eviction_policy="evict_last")
+            d = x.to(tl.float32) - k
+            s1 += d
+            s2 += d * d
+            x = x_next
+        # The last chunk, written from registers; chunk n-2's x, w, b in flight meanwhile.
+        cols = last + c
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0)
+        ok = cols - BLOCK_N >= 0
+        x_next = tl.load(x_row + (cols - BLOCK_N) * stride_xn, mask=ok, other=0.0, eviction_policy="evict_first")
+        w_next = tl.load(w_ptr + cols - BLOCK_N, mask=ok, other=0.0)
+        b_next = tl.load(b_ptr + cols - BLOCK_N, mask=ok, other=0.0)
+        d = tl.where(cols < N, x.to(tl.float32) - k, 0.0)
+        mean_d = tl.sum(s1 + d, 0) / N
+        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2 + d * d, 0) / N - mean_d * mean_d, 0.0) + eps)
+        mean = k + mean_d
+        y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+        tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=cols < N, eviction_policy="evict_first")
+        x = x_next
+        w = w_next
+        b = b_next
+        for j in tl.range(1, n_chunks - 1):
+            cols = last - j * BLOCK_N + c  # whole chunks: no masks
+            x_next = tl.load(x_row + (cols - BLOCK_N) * stride_xn, eviction_policy="evict_first")
+            w_next = tl.load(w_ptr + cols - BLOCK_N)
+            b_next = tl.load(b_ptr + cols - BLOCK_N)
+            y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+            tl.store(y_row + cols, y.to(y_row.dtype.element_ty), eviction_policy="evict_first")
+            x = x_next
+            w = w_next
+            b = b_next
+        row_next = row + n_prog
+        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
+                         other=0.0, eviction_policy="evict_last")
+        k_next = tl.load(x_ptr + row_next * stride_xm, mask=row_next < M, other=0.0).to(tl.float32)
+        y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+        tl.store(y_row + c, y.to(y_row.dtype.element_ty), mask=c < tl.where(last > 0, N, 0),
+                 eviction_policy="evict_first")
+        x = x_next
+        k = k_next
+        row = row_next
+
+
+@triton.jit
 def _layernorm_partial(x, k, cols, N, part_ptr):
     # A chunk's (sum d, sum d^2), d = x - k, to part_ptr[0:2].
     d = tl.where(cols < N, x - k, 0.0)
@@ -255,6 +324,8 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     elif plan.mode == "loop":
         _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, STAGES=plan.stages,
                                                   **meta)
+    elif plan.mode == "stream":
+        _layernorm_stream_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -360,6 +431,51 @@ def _norm_chain_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 
 @triton.jit
+def _norm_chain_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                              ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The step chain of softmax.py's _softmax_stream_kernel: s = sum(x), then y = x * s * s^2 * s^4.
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N
+    row = pid.to(tl.int64)
+    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=0.0,
+                eviction_policy="evict_last")
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=0.0,
+                             eviction_policy="evict_last")
+            acc += x.to(tl.float32)
+            x = x_next
+        x_next = tl.load(x_row + (last - BLOCK_N + c) * stride_xn, mask=last - BLOCK_N + c >= 0, other=0.0,
+                         eviction_policy="evict_first")
+        scale = _chain_scale(tl.sum(acc + x.to(tl.float32), 0))
+        tl.store(y_row + last + c, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty), mask=last + c < N,
+                 eviction_policy="evict_first")
+        x = x_next
+        for j in tl.range(1, n_chunks - 1):
+            start = last - j * BLOCK_N
+            x_next = tl.load(x_row + (start - BLOCK_N + c) * stride_xn, eviction_policy="evict_first")
+            tl.store(y_row + start + c, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty),
+                     eviction_policy="evict_first")
+            x = x_next
+        row_next = row + n_prog
+        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
+                         other=0.0, eviction_policy="evict_last")
+        tl.store(y_row + c, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty), mask=c < tl.where(last > 0, N, 0),
+                 eviction_policy="evict_first")
+        x = x_next
+        row = row_next
+
+
+@triton.jit
 def _norm_chain_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
                                    ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN
@@ -418,6 +534,8 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
         _norm_chain_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _norm_chain_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
+    elif plan.mode == "stream":
+        _norm_chain_stream_kernel[(plan.grid,)](x, y, M, N, sxm, sxn, N, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -438,11 +556,11 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           tile_prefetch=True)
+                           tile_prefetch=True, streams=True)
 
 
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: utils.RowPlan | None = None,

@@ -142,6 +142,68 @@ def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 
 @triton.jit
+def _softmax_accumulate(x, m, s):
+    # One step of the running statistics: m the max so far, s (per lane) the sum of exp(x - m).
+    xf = x.to(tl.float32)
+    m_new = tl.maximum(m, tl.max(xf, 0))
+    return m_new, s * tl.exp(m - m_new) + tl.exp(xf - m_new)
+
+
+@triton.jit
+def _softmax_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
+                           ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Persistent programs (rows pid, pid + P, ...), each making both passes over its rows as one
+    # chain of steps in which the next step's loads are always in flight, across the pass and row
+    # boundaries too; the row's last chunk, read last by the first pass, is written first by the
+    # second straight from registers.  See utils.RowPlan ("stream").
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N  # first column of a row's last chunk
+    row = pid.to(tl.int64)
+    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=float("-inf"),
+                eviction_policy="evict_last")
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        # Pass 1, chunks 0 .. n-2 (x holds the current one); loads evict_last: pass 2 re-reads them.
+        m = tl.full([], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):  # start: the next chunk's first column
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=float("-inf"),
+                             eviction_policy="evict_last")
+            m, s = _softmax_accumulate(x, m, s)
+            x = x_next
+        # The last chunk: pass 2's next one (n-2, if any) in flight while the row's sum is taken.
+        x_next = tl.load(x_row + (last - BLOCK_N + c) * stride_xn, mask=last - BLOCK_N + c >= 0,
+                         other=float("-inf"), eviction_policy="evict_first")
+        m, s = _softmax_accumulate(x, m, s)
+        inv = 1.0 / tl.sum(s, 0)
+        tl.store(y_row + last + c, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty),
+                 mask=last + c < N, eviction_policy="evict_first")
+        x = x_next
+        # Pass 2, chunks n-2 .. 1, whole chunks: no masks.
+        for j in tl.range(1, n_chunks - 1):
+            start = last - j * BLOCK_N  # the current chunk's first column
+            x_next = tl.load(x_row + (start - BLOCK_N + c) * stride_xn, eviction_policy="evict_first")
+            tl.store(y_row + start + c, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty),
+                     eviction_policy="evict_first")
+            x = x_next
+        # Chunk 0 (if the row has more than one), with the next row's chunk 0 in flight.
+        row_next = row + n_prog
+        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
+                         other=float("-inf"), eviction_policy="evict_last")
+        tl.store(y_row + c, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty),
+                 mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
+        x = x_next
+        row = row_next
+
+
+@triton.jit
 def _softmax_partial(x, part_ptr):
     # A chunk's (max, sum of exp(x - max)), to part_ptr[0:2].
     m = tl.max(x, 0)
@@ -238,6 +300,8 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
         _softmax_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _softmax_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
+    elif plan.mode == "stream":
+        _softmax_stream_kernel[(plan.grid,)](x, y, M, N, sxm, sxn, N, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -297,9 +361,37 @@ def _second_normalizer(T1, T2, T3, T4, T5, T6, N):
 
 
 @triton.jit
+def _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6):
+    # One step of the running max m and the per-lane power sums P_k of e = exp(x - m), k = 1..6;
+    # when m grows by d, P_k is rescaled by exp(-k d) = r^k.
+    xf = x.to(tl.float32)
+    m_new = tl.maximum(m, tl.max(xf, 0))
+    r = tl.exp(m - m_new)
+    e = tl.exp(xf - m_new)
+    rk = r
+    ek = e
+    P1 = P1 * rk + ek
+    rk *= r
+    ek *= e
+    P2 = P2 * rk + ek
+    rk *= r
+    ek *= e
+    P3 = P3 * rk + ek
+    rk *= r
+    ek *= e
+    P4 = P4 * rk + ek
+    rk *= r
+    ek *= e
+    P5 = P5 * rk + ek
+    rk *= r
+    ek *= e
+    P6 = P6 * rk + ek
+    return m_new, P1, P2, P3, P4, P5, P6
+
+
+@triton.jit
 def _double_softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
-    # (m, T_1 .. T_6) of x_row[lo:hi]: the running max m and per-lane power sums P_k of
-    # e = exp(x - m), k = 1..6; when m grows by d, P_k is rescaled by exp(-k d) = r^k.
+    # (m, T_1 .. T_6) of x_row[lo:hi]: the running max and the power sums, lanes added up.
     c = tl.arange(0, BLOCK_N)
     m = tl.full([], float("-inf"), tl.float32)
     P1 = tl.zeros([BLOCK_N], tl.float32)
@@ -310,30 +402,8 @@ def _double_softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, ST
     P6 = tl.zeros([BLOCK_N], tl.float32)
     for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
         cols = start + c
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                    eviction_policy="evict_last").to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, 0))
-        r = tl.exp(m - m_new)
-        e = tl.exp(x - m_new)
-        rk = r
-        ek = e
-        P1 = P1 * rk + ek
-        rk *= r
-        ek *= e
-        P2 = P2 * rk + ek
-        rk *= r
-        ek *= e
-        P3 = P3 * rk + ek
-        rk *= r
-        ek *= e
-        P4 = P4 * rk + ek
-        rk *= r
-        ek *= e
-        P5 = P5 * rk + ek
-        rk *= r
-        ek *= e
-        P6 = P6 * rk + ek
-        m = m_new
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy="evict_last")
+        m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6)
     return m, tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0), tl.sum(P5, 0), tl.sum(P6, 0)
 
 
@@ -366,6 +436,59 @@ def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride
         inv1, inv2 = _second_normalizer(T1, T2, T3, T4, T5, T6, N)
         _double_softmax_write(x_ptr + row * stride_xm, z_ptr + row * stride_zm, stride_xn, 0, N, N, m, inv1, inv2,
                               BLOCK_N, STAGES)
+
+
+@triton.jit
+def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
+                                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The step chain of _softmax_stream_kernel, with the power sums of _double_softmax_stats.
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N
+    row = pid.to(tl.int64)
+    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=float("-inf"),
+                eviction_policy="evict_last")
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        x_row = x_ptr + row * stride_xm
+        z_row = z_ptr + row * stride_zm
+        m = tl.full([], float("-inf"), tl.float32)
+        P1 = tl.zeros([BLOCK_N], tl.float32)
+        P2 = tl.zeros([BLOCK_N], tl.float32)
+        P3 = tl.zeros([BLOCK_N], tl.float32)
+        P4 = tl.zeros([BLOCK_N], tl.float32)
+        P5 = tl.zeros([BLOCK_N], tl.float32)
+        P6 = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=float("-inf"),
+                             eviction_policy="evict_last")
+            m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6)
+            x = x_next
+        x_next = tl.load(x_row + (last - BLOCK_N + c) * stride_xn, mask=last - BLOCK_N + c >= 0,
+                         other=float("-inf"), eviction_policy="evict_first")
+        m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6)
+        inv1, inv2 = _second_normalizer(tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0),
+                                        tl.sum(P5, 0), tl.sum(P6, 0), N)
+        tl.store(z_row + last + c, (tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2).to(z_row.dtype.element_ty),
+                 mask=last + c < N, eviction_policy="evict_first")
+        x = x_next
+        for j in tl.range(1, n_chunks - 1):
+            start = last - j * BLOCK_N
+            x_next = tl.load(x_row + (start - BLOCK_N + c) * stride_xn, eviction_policy="evict_first")
+            tl.store(z_row + start + c, (tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2).to(z_row.dtype.element_ty),
+                     eviction_policy="evict_first")
+            x = x_next
+        row_next = row + n_prog
+        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
+                         other=float("-inf"), eviction_policy="evict_last")
+        tl.store(z_row + c, (tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2).to(z_row.dtype.element_ty),
+                 mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
+        x = x_next
+        row = row_next
 
 
 @triton.jit
@@ -474,6 +597,8 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         _double_softmax_tile_kernel[grid](x, z, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
+    elif plan.mode == "stream":
+        _double_softmax_stream_kernel[(plan.grid,)](x, z, M, N, sxm, sxn, N, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -489,18 +614,19 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
 
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for softmax_impl, the heuristic's choice first."""
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
+                           streams=True)
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    # The looped kernel carries six per-lane accumulators: half the step of the other loops.
+    # The looped and streamed kernels carry six per-lane accumulators: half the step of the others.
     # Split plans first: they were the fastest for long rows at every row count measured.
-    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size)]
+    plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode in ("loop", "stream") else p
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)]
     return sorted(plans, key=lambda p: p.mode != "split")
 
 
@@ -607,6 +733,63 @@ def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
 
 
 @triton.jit
+def _softmax_bwd_stream_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
+                               stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The step chain of _softmax_stream_kernel over two inputs: sum(dy * y), then dx = y * (dy - dot).
+    N = N // ALIGN * ALIGN
+    stride_dym = stride_dym // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    stride_dxm = stride_dxm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N
+    row = pid.to(tl.int64)
+    ok = c < tl.where(row < M, N, 0)
+    dy = tl.load(dy_ptr + row * stride_dym + c * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_last")
+    y = tl.load(y_ptr + row * stride_ym + c * stride_yn, mask=ok, other=0.0, eviction_policy="evict_last")
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        dy_row = dy_ptr + row * stride_dym
+        y_row = y_ptr + row * stride_ym
+        dx_row = dx_ptr + row * stride_dxm
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):
+            ok = start + c < N
+            dy_next = tl.load(dy_row + (start + c) * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_last")
+            y_next = tl.load(y_row + (start + c) * stride_yn, mask=ok, other=0.0, eviction_policy="evict_last")
+            acc += dy.to(tl.float32) * y.to(tl.float32)
+            dy = dy_next
+            y = y_next
+        ok = last - BLOCK_N + c >= 0
+        dy_next = tl.load(dy_row + (last - BLOCK_N + c) * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_first")
+        y_next = tl.load(y_row + (last - BLOCK_N + c) * stride_yn, mask=ok, other=0.0, eviction_policy="evict_first")
+        dot = tl.sum(acc + dy.to(tl.float32) * y.to(tl.float32), 0)
+        tl.store(dx_row + last + c, (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_row.dtype.element_ty),
+                 mask=last + c < N, eviction_policy="evict_first")
+        dy = dy_next
+        y = y_next
+        for j in tl.range(1, n_chunks - 1):
+            start = last - j * BLOCK_N
+            dy_next = tl.load(dy_row + (start - BLOCK_N + c) * stride_dyn, eviction_policy="evict_first")
+            y_next = tl.load(y_row + (start - BLOCK_N + c) * stride_yn, eviction_policy="evict_first")
+            tl.store(dx_row + start + c, (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_row.dtype.element_ty),
+                     eviction_policy="evict_first")
+            dy = dy_next
+            y = y_next
+        row_next = row + n_prog
+        ok = c < tl.where(row_next < M, N, 0)
+        dy_next = tl.load(dy_ptr + row_next * stride_dym + c * stride_dyn, mask=ok, other=0.0,
+                          eviction_policy="evict_last")
+        y_next = tl.load(y_ptr + row_next * stride_ym + c * stride_yn, mask=ok, other=0.0, eviction_policy="evict_last")
+        tl.store(dx_row + c, (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_row.dtype.element_ty),
+                 mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
+        dy = dy_next
+        y = y_next
+        row = row_next
+
+
+@triton.jit
 def _softmax_bwd_split_stats_kernel(dy_ptr, y_ptr, ws_ptr, N, stride_dym, stride_dyn, stride_ym, stride_yn,
                                     SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN
@@ -677,6 +860,8 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, STAGES=plan.stages, **meta)
+    elif plan.mode == "stream":
+        _softmax_bwd_stream_kernel[(plan.grid,)](dy, y, dx, M, N, *strides, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
         grid = (M * plan.splits,)

@@ -130,6 +130,10 @@ class RowPlan:
                   (`grid` programs; 0: one per row).
     mode "split": `splits` programs per row, each holding a chunk of `block_n` columns on chip;
                   a second launch combines their partial results and re-reads the chunks.
+    mode "stream": `grid` persistent programs walk their rows as "loop" does (a statistics pass,
+                  then a backwards writing pass), but as one chain of `block_n`-column steps whose
+                  next loads are always in flight, across pass and row boundaries too; a row's last
+                  chunk is written from registers, not re-read.
     mode "coop":  `grid` programs (a multiple of `splits`) take `grid / splits` rows at a time,
                   `splits` programs per row, each holding a chunk of `block_n` columns in
                   registers across a per-row barrier: one launch, one read.
@@ -159,6 +163,8 @@ class RowPlan:
                       f", loads pipelined {self.stages} deep" if self.stages else "")
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
             return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
+        if self.mode == "stream":
+            return f"streamed rows (step {self.block_n}, {self.num_warps} warps, {self.grid} programs)"
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
@@ -188,6 +194,11 @@ def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, 
                    grid=grid, stages=stages)
 
 
+def stream_plan(device, block_n: int = 16384, num_warps: int = 32, per_sm: int = 1) -> RowPlan:
+    """Streamed rows: `per_sm` persistent programs per SM."""
+    return RowPlan("stream", 1, block_n, num_warps, grid=per_sm * num_sms(device))
+
+
 def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPlan:
     chunk = next_pow2(chunk)
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
@@ -212,7 +223,7 @@ def coop_enabled(device) -> bool:
 
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
-              coop_prefetch: bool = False, tile_prefetch: bool = False) -> list[RowPlan]:
+              coop_prefetch: bool = False, tile_prefetch: bool = False, streams: bool = False) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
@@ -223,7 +234,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     whole row in registers, 32 fp32 values per thread at 32768 columns).  `coop_prefetch`: the
     kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
-    every tile of at most 16 elements per thread (more would spill: measured 2x slower)."""
+    every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
+    the kernel has a "stream" mode; add those plans."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -248,7 +260,12 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              # finds them in L2 (about 1.05x the input read from DRAM at 65536 columns, against
              # 1.5-1.9x for the plans above), and still enough bytes in flight
              loop_plan(16384, 32, grid=sms, stages=1), loop_plan(8192, 32, grid=sms, stages=1),
-             loop_plan(8192, 16, grid=sms, stages=1)]
+             loop_plan(8192, 16, grid=sms, stages=1),
+             # the same, with the loads in flight across the pass and row boundaries too (kernels
+             # that have a "stream" mode: the two-pass cases)
+             stream_plan(device, 16384, 32), stream_plan(device, 8192, 32), stream_plan(device, 8192, 16)]
+    if not streams:
+        loops = [p for p in loops if p.mode != "stream"]
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
