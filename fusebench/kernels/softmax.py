@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 
 import torch
 import triton
@@ -361,7 +362,7 @@ def _second_normalizer(T1, T2, T3, T4, T5, T6, N):
 
 
 @triton.jit
-def _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6):
+def _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6, POWERS: tl.constexpr = 6):
     # One step of the running max m and the per-lane power sums P_k of e = exp(x - m), k = 1..6;
     # when m grows by d, P_k is rescaled by exp(-k d) = r^k.
     xf = x.to(tl.float32)
@@ -380,12 +381,13 @@ def _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6):
     rk *= r
     ek *= e
     P4 = P4 * rk + ek
-    rk *= r
-    ek *= e
-    P5 = P5 * rk + ek
-    rk *= r
-    ek *= e
-    P6 = P6 * rk + ek
+    if POWERS > 4:
+        rk *= r
+        ek *= e
+        P5 = P5 * rk + ek
+        rk *= r
+        ek *= e
+        P6 = P6 * rk + ek
     return m_new, P1, P2, P3, P4, P5, P6
 
 
@@ -440,7 +442,7 @@ def _double_softmax_loop_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride
 
 @triton.jit
 def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
-                                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, POWERS: tl.constexpr = 6):
     # The step chain of _softmax_stream_kernel, with the power sums of _double_softmax_stats.
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
@@ -466,11 +468,11 @@ def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
         for start in tl.range(BLOCK_N, last + 1, BLOCK_N):
             x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=float("-inf"),
                              eviction_policy="evict_last")
-            m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6)
+            m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6, POWERS)
             x = x_next
         x_next = tl.load(x_row + (last - BLOCK_N + c) * stride_xn, mask=last - BLOCK_N + c >= 0,
                          other=float("-inf"), eviction_policy="evict_first")
-        m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6)
+        m, P1, P2, P3, P4, P5, P6 = _power_sums_accumulate(x, m, P1, P2, P3, P4, P5, P6, POWERS)
         inv1, inv2 = _second_normalizer(tl.sum(P1, 0), tl.sum(P2, 0), tl.sum(P3, 0), tl.sum(P4, 0),
                                         tl.sum(P5, 0), tl.sum(P6, 0), N)
         tl.store(z_row + last + c, (tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2).to(z_row.dtype.element_ty),
@@ -598,7 +600,8 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
     elif plan.mode == "loop":
         _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":
-        _double_softmax_stream_kernel[(plan.grid,)](x, z, M, N, sxm, sxn, N, **meta)
+        _double_softmax_stream_kernel[(plan.grid,)](x, z, M, N, sxm, sxn, N,  # POWERS: session-8 experiment
+                                                    POWERS=int(os.environ.get("FUSEBENCH_DSM_POWERS", "6")), **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
