@@ -20,7 +20,6 @@ times.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
@@ -155,19 +154,8 @@ def _layernorm_loop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_x
 
 
 @triton.jit
-def _param(ptr, mask, PARAMS: tl.constexpr):
-    # session-8 experiment: how the weight and bias are read ("none": not at all, a diagnostic)
-    if PARAMS == "none":
-        return tl.full(mask.shape, 1.0, tl.float32)  # the weight; the bias as well, so the result is wrong
-    elif PARAMS == "evict_last":
-        return tl.load(ptr, mask=mask, other=0.0, eviction_policy="evict_last")
-    else:
-        return tl.load(ptr, mask=mask, other=0.0)
-
-
-@triton.jit
 def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
-                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, PARAMS: tl.constexpr = ""):
+                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
     # The step chain of softmax.py's _softmax_stream_kernel: sums of d = x - K (K the row's first
     # element, loaded with the row's first chunk), then y = (x - mean) * rstd * w + b, with the
     # weight and bias of the next chunk in flight with its x.
@@ -197,12 +185,12 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
             x = x_next
         # The last chunk, written from registers; chunk n-2's x, w, b in flight meanwhile.
         cols = last + c
-        w = _param(w_ptr + cols, cols < N, PARAMS)
-        b = _param(b_ptr + cols, cols < N, PARAMS)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0)
         ok = cols - BLOCK_N >= 0
         x_next = tl.load(x_row + (cols - BLOCK_N) * stride_xn, mask=ok, other=0.0, eviction_policy="evict_first")
-        w_next = _param(w_ptr + cols - BLOCK_N, ok, PARAMS)
-        b_next = _param(b_ptr + cols - BLOCK_N, ok, PARAMS)
+        w_next = tl.load(w_ptr + cols - BLOCK_N, mask=ok, other=0.0)
+        b_next = tl.load(b_ptr + cols - BLOCK_N, mask=ok, other=0.0)
         d = tl.where(cols < N, x.to(tl.float32) - k, 0.0)
         mean_d = tl.sum(s1 + d, 0) / N
         rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2 + d * d, 0) / N - mean_d * mean_d, 0.0) + eps)
@@ -215,8 +203,8 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
         for j in tl.range(1, n_chunks - 1):
             cols = last - j * BLOCK_N + c  # whole chunks: no masks
             x_next = tl.load(x_row + (cols - BLOCK_N) * stride_xn, eviction_policy="evict_first")
-            w_next = _param(w_ptr + cols - BLOCK_N, cols >= BLOCK_N, PARAMS)
-            b_next = _param(b_ptr + cols - BLOCK_N, cols >= BLOCK_N, PARAMS)
+            w_next = tl.load(w_ptr + cols - BLOCK_N)
+            b_next = tl.load(b_ptr + cols - BLOCK_N)
             y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
             tl.store(y_row + cols, y.to(y_row.dtype.element_ty), eviction_policy="evict_first")
             x = x_next
@@ -337,8 +325,7 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, STAGES=plan.stages,
                                                   **meta)
     elif plan.mode == "stream":
-        _layernorm_stream_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS,  # PARAMS: experiment
-                                               PARAMS=os.environ.get("FUSEBENCH_LN_PARAMS", ""), **meta)
+        _layernorm_stream_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
