@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -15,7 +16,7 @@ from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner.plan import Cell, plan_cells
-from fusebench.runner.scheduler import RunOptions, Scheduler
+from fusebench.runner.scheduler import RunOptions, Scheduler, visible_device
 from fusebench.store import Store, StoreError, default_db_path
 
 
@@ -31,9 +32,11 @@ def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
                 raise ValueError("--gpus all: no CUDA GPU is visible")
             return list(range(n))
         try:
-            return [int(g) for g in gpus.split(",")]
+            gpus = [int(g) for g in gpus.split(",")]
         except ValueError:
             raise ValueError(f"malformed --gpus {gpus!r}: expected 'all' or indices like 0,1") from None
+    for g in gpus:  # indices among the visible GPUs: fail here, not in every worker
+        visible_device(g, os.environ.get("CUDA_VISIBLE_DEVICES"))
     return list(gpus)
 
 

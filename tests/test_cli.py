@@ -48,6 +48,12 @@ def test_bad_input_exits_2_with_one_line(stored_run, args, message):
     assert sqlite3.connect(stored_run).execute("SELECT COUNT(*) FROM cells").fetchone()[0] == before
 
 
+def test_gpus_beyond_the_visible_ones_exit_2(stored_run, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # one GPU visible: --gpus 1 does not exist
+    r = invoke("run", "softmax", "--gpus", "1", "--db", stored_run)
+    assert r.exit_code == 2 and "only 1 GPU(s) visible" in r.output.splitlines()[-1], r.output
+
+
 def test_unreadable_and_foreign_databases_exit_2_untouched(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_text("hello")

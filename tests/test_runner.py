@@ -235,6 +235,17 @@ def test_two_workers_produce_the_same_cells(tmp_path):
     assert sets[0] == sets[1] and len(sets[0]) == 18 and all(st == "ok" for *_, st in sets[0])
 
 
+def test_worker_gpu_is_an_index_among_the_visible_gpus():
+    from fusebench.runner.scheduler import visible_device
+
+    assert visible_device(1, None) == "1" and visible_device(0, "") == "0"
+    # under CUDA_VISIBLE_DEVICES=2,3 (e.g. a job scheduler's allocation) --gpus 0,1 means GPUs 2 and 3
+    assert [visible_device(g, "2,3") for g in (0, 1)] == ["2", "3"]
+    assert visible_device(0, "GPU-8f1c, GPU-77aa") == "GPU-8f1c"
+    with pytest.raises(ValueError, match="only 1 GPU"):
+        visible_device(1, "3")
+
+
 def test_cells_that_cannot_fit_are_skipped_not_attempted():
     from fusebench.runner.cell import measure_cell
     from fusebench.runner.plan import Cell

@@ -52,9 +52,22 @@ class RunOptions:
 # The worker side.
 
 
+def visible_device(gpu: int, inherited: str | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for worker GPU `gpu`: an index among the GPUs this process
+    sees, so under an inherited CUDA_VISIBLE_DEVICES=2,3 (a scheduler's allocation) GPU 0 is "2",
+    not the machine's first GPU (before session 8 it was: `CUDA_VISIBLE_DEVICES=3 fusebench run
+    --gpus 0` measured on GPU 0, alongside whatever else ran there)."""
+    entries = [e.strip() for e in inherited.split(",")] if inherited and inherited.strip() else None
+    if entries is None:
+        return str(gpu)
+    if not 0 <= gpu < len(entries):
+        raise ValueError(f"--gpus {gpu}: only {len(entries)} GPU(s) visible (CUDA_VISIBLE_DEVICES={inherited})")
+    return entries[gpu]
+
+
 def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before CUDA is initialised
+    if gpu is not None:  # before CUDA is initialised
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     if opts.worker_log:
         log = os.open(opts.worker_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
