@@ -74,6 +74,14 @@ def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 
 @triton.jit
+def _softmax_accumulate(x, m, s):
+    # One step of the running statistics: m the max so far, s (per lane) the sum of exp(x - m).
+    xf = x.to(tl.float32)
+    m_new = tl.maximum(m, tl.max(xf, 0))
+    return m_new, s * tl.exp(m - m_new) + tl.exp(xf - m_new)
+
+
+@triton.jit
 def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
     # (m, s) of x_row[lo:hi] (columns >= N padded): the running max m and the sum of exp(x - m),
     # kept per lane and rescaled whenever m grows.  Loads evict_last: the second pass re-reads them.
@@ -86,19 +94,13 @@ def _softmax_stats(x_row, stride_xn, lo, hi, N, BLOCK_N: tl.constexpr, STAGES: t
             cols = start + c
             x_next = tl.load(x_row + cols * stride_xn, mask=(cols < N) & (cols < hi), other=float("-inf"),
                              eviction_policy="evict_last")
-            xf = x.to(tl.float32)
-            m_new = tl.maximum(m, tl.max(xf, 0))
-            s = s * tl.exp(m - m_new) + tl.exp(xf - m_new)
-            m = m_new
+            m, s = _softmax_accumulate(x, m, s)
             x = x_next
     else:
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
-            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"),
-                        eviction_policy="evict_last").to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, 0))
-            s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
-            m = m_new
+            x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy="evict_last")
+            m, s = _softmax_accumulate(x, m, s)
     return m, tl.sum(s, 0)
 
 
@@ -141,14 +143,6 @@ def _softmax_loop_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
         m, s = _softmax_stats(x_ptr + row * stride_xm, stride_xn, 0, N, N, BLOCK_N, STAGES)
         _softmax_write(x_ptr + row * stride_xm, y_ptr + row * stride_ym, stride_xn, 0, N, N, m, 1.0 / s,
                        BLOCK_N, STAGES)
-
-
-@triton.jit
-def _softmax_accumulate(x, m, s):
-    # One step of the running statistics: m the max so far, s (per lane) the sum of exp(x - m).
-    xf = x.to(tl.float32)
-    m_new = tl.maximum(m, tl.max(xf, 0))
-    return m_new, s * tl.exp(m - m_new) + tl.exp(xf - m_new)
 
 
 @triton.jit
