@@ -21,7 +21,8 @@ autotuner times), in order:
    how many times the input was read from DRAM, the output written).
 
 Writes DIR/long_rows.csv (DIR: --out, else $OUT, else the working directory) and prints a table
-per case.  GPU only (for a dry run of the code on the CPU, under TRITON_INTERPRET=1:
+per case.  LONG_ROWS_TIME_WRONG=1 times (and counts the bytes of) wrong plans too, for diagnostic
+variants of a kernel that leave out part of its work.  GPU only (for a dry run of the code on the CPU, under TRITON_INTERPRET=1:
 LONG_ROWS_DEVICE=cpu with small shapes, --max-onchip 64 and --modes loop,split).
 """
 from __future__ import annotations
