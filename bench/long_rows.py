@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import os
 import subprocess
 import sys
@@ -82,8 +81,6 @@ def parse_plan(spec: str, shape) -> utils.RowPlan:
         return utils.loop_plan(n[0], n[1], grid=n[2], stages=n[3] or None)
     if mode == "stream" and len(n) == 3:
         return utils.stream_plan(DEVICE, n[0], n[1], n[2])
-    if mode == "rstream" and len(n) == 3:  # session-8 experiment: layernorm's rotated chunk order
-        return dataclasses.replace(utils.stream_plan(DEVICE, n[0], n[1], n[2]), prefetch=True)
     if mode == "tile" and len(n) == 2:
         return utils.tile_plan(*shape, DEVICE, n[0], n[1])
     if mode == "coop" and len(n) == 4:

@@ -223,81 +223,6 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
 
 
 @triton.jit
-def _layernorm_rotated_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
-                              ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
-    # session-8 experiment: _layernorm_stream_kernel with each row's chunks visited from chunk
-    # (row % n) on, wrapping around (pass 1 forwards, pass 2 backwards), so that programs working
-    # side by side touch different columns -- of the input and of the weight and bias.
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    c = tl.arange(0, BLOCK_N)
-    n = tl.cdiv(N, BLOCK_N)
-    row = pid.to(tl.int64)
-    first = (row % n) * BLOCK_N  # first column of the chunk a row starts at
-    x = tl.load(x_ptr + row * stride_xm + (first + c) * stride_xn, mask=first + c < tl.where(row < M, N, 0),
-                other=0.0, eviction_policy="evict_last")
-    k = tl.load(x_ptr + row * stride_xm, mask=row < M, other=0.0).to(tl.float32)
-    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
-        x_row = x_ptr + row * stride_xm
-        y_row = y_ptr + row * stride_ym
-        k0 = row % n
-        s1 = tl.zeros([BLOCK_N], tl.float32)
-        s2 = tl.zeros([BLOCK_N], tl.float32)
-        cur = k0 * BLOCK_N
-        for j in tl.range(1, n):
-            nxt = ((k0 + j) % n) * BLOCK_N
-            x_next = tl.load(x_row + (nxt + c) * stride_xn, mask=nxt + c < N, other=0.0, eviction_policy="evict_last")
-            d = tl.where(cur + c < N, x.to(tl.float32) - k, 0.0)
-            s1 += d
-            s2 += d * d
-            x = x_next
-            cur = nxt
-        # cur: the row's last chunk visited, written first; the one before it in flight
-        prv = ((k0 + n - 2) % n) * BLOCK_N
-        ok = prv + c < tl.where(n > 1, N, 0)
-        w = tl.load(w_ptr + cur + c, mask=cur + c < N, other=0.0)
-        b = tl.load(b_ptr + cur + c, mask=cur + c < N, other=0.0)
-        x_next = tl.load(x_row + (prv + c) * stride_xn, mask=ok, other=0.0, eviction_policy="evict_first")
-        w_next = tl.load(w_ptr + prv + c, mask=ok, other=0.0)
-        b_next = tl.load(b_ptr + prv + c, mask=ok, other=0.0)
-        d = tl.where(cur + c < N, x.to(tl.float32) - k, 0.0)
-        mean_d = tl.sum(s1 + d, 0) / N
-        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2 + d * d, 0) / N - mean_d * mean_d, 0.0) + eps)
-        mean = k + mean_d
-        y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
-        tl.store(y_row + cur + c, y.to(y_row.dtype.element_ty), mask=cur + c < N, eviction_policy="evict_first")
-        x = x_next
-        w = w_next
-        b = b_next
-        cur = prv
-        for t in tl.range(2, n):  # visits n-2 .. 1 of pass 1's order
-            nxt = ((k0 + n - 1 - t) % n) * BLOCK_N
-            x_next = tl.load(x_row + (nxt + c) * stride_xn, mask=nxt + c < N, other=0.0, eviction_policy="evict_first")
-            w_next = tl.load(w_ptr + nxt + c, mask=nxt + c < N, other=0.0)
-            b_next = tl.load(b_ptr + nxt + c, mask=nxt + c < N, other=0.0)
-            y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
-            tl.store(y_row + cur + c, y.to(y_row.dtype.element_ty), mask=cur + c < N, eviction_policy="evict_first")
-            x = x_next
-            w = w_next
-            b = b_next
-            cur = nxt
-        row_next = row + n_prog
-        first = (row_next % n) * BLOCK_N
-        x_next = tl.load(x_ptr + row_next * stride_xm + (first + c) * stride_xn,
-                         mask=first + c < tl.where(row_next < M, N, 0), other=0.0, eviction_policy="evict_last")
-        k_next = tl.load(x_ptr + row_next * stride_xm, mask=row_next < M, other=0.0).to(tl.float32)
-        y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
-        tl.store(y_row + cur + c, y.to(y_row.dtype.element_ty), mask=cur + c < tl.where(n > 1, N, 0),
-                 eviction_policy="evict_first")
-        x = x_next
-        k = k_next
-        row = row_next
-
-
-@triton.jit
 def _layernorm_partial(x, k, cols, N, part_ptr):
     # A chunk's (sum d, sum d^2), d = x - k, to part_ptr[0:2].
     d = tl.where(cols < N, x - k, 0.0)
@@ -399,8 +324,6 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     elif plan.mode == "loop":
         _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, STAGES=plan.stages,
                                                   **meta)
-    elif plan.mode == "stream" and plan.prefetch:  # session-8 experiment: rotated chunk order
-        _layernorm_rotated_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
     elif plan.mode == "stream":
         _layernorm_stream_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
     elif plan.mode == "split":
