@@ -260,19 +260,17 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              # finds them in L2 (about 1.05x the input read from DRAM at 65536 columns, against
              # 1.5-1.9x for the plans above), and still enough bytes in flight
              loop_plan(16384, 32, grid=sms, stages=1), loop_plan(8192, 32, grid=sms, stages=1),
-             loop_plan(8192, 16, grid=sms, stages=1),
-             # the same, with the loads in flight across the pass and row boundaries too (kernels
-             # that have a "stream" mode: the two-pass cases)
-             stream_plan(device, 16384, 32), stream_plan(device, 8192, 32), stream_plan(device, 8192, 16)]
-    if not streams:
-        loops = [p for p in loops if p.mode != "stream"]
+             loop_plan(8192, 16, grid=sms, stages=1)]
+    # the same, with the loads in flight across the pass and row boundaries too
+    streamed = [stream_plan(device, 16384, 32), stream_plan(device, 8192, 32),
+                stream_plan(device, 8192, 16)] if streams else []
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
              for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
-    return unique((splits + loops if few_rows else loops + splits) + coops + wide)
+    return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
 
 
 @dataclass(frozen=True)
