@@ -2,9 +2,11 @@
 
 Launch plans as in softmax.py (utils.RowPlan): `tile` keeps whole rows in registers (one read,
 one write); `loop` (many long rows) makes a statistics pass and a second, backwards pass over
-each row; `split` (few long rows) spreads a row over several programs, with a stats kernel and
-an apply kernel (the input is read twice, the second time mostly from L2); `coop` spreads a row
-over several programs that keep their chunks in registers across a per-row barrier (one read).
+each row (`stream`: the same on persistent programs, as one chain of steps with the next loads
+always in flight, see softmax.py); `split` (few long rows) spreads a row over several programs,
+with a stats kernel and an apply kernel (the input is read twice, the second time mostly from
+L2); `coop` spreads a row over several programs that keep their chunks in registers across a
+per-row barrier (one read).
 
 LayerNorm statistics are taken of d = x - K, K the row's first element, so that a large mean
 neither costs the sums their low bits nor cancels the variance away.  On chip: the two-pass

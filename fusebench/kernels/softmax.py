@@ -1,11 +1,14 @@
 """Row-wise softmax, softmax of a softmax, and the softmax backward, fused.
 
-Each case has four launch plans (see utils.RowPlan):
+Each case has five launch plans (see utils.RowPlan):
 
 * tile:  a program holds whole rows in registers: one read, one write, one launch.
 * loop:  rows too long for one program, many rows: a program makes two passes over a row (the
          second walks it backwards, so that the chunks read last, most likely still in L2, are
          read first), then takes the next row.
+* stream: as loop, on persistent programs, with both passes of all of a program's rows one chain
+         of steps whose next loads are always in flight (the loop's passes drain at every pass and
+         row boundary), and a row's last chunk written from registers instead of re-read.
 * split: rows too long for one program, few rows: `splits` programs per row hold a chunk each;
          a stats kernel writes each chunk's partial results, an apply kernel combines a row's
          partials and re-reads its chunk (in reverse program order, for the same L2 reason).
@@ -161,6 +164,7 @@ def _softmax_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N  # first column of a row's last chunk
     row = pid.to(tl.int64)
+    # The first row's chunk 0 (a program may have no row: the bound N becomes 0, masking it all).
     x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=float("-inf"),
                 eviction_policy="evict_last")
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
