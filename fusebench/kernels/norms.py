@@ -170,8 +170,7 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N
     row = pid.to(tl.int64)
-    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=0.0,
-                eviction_policy="evict_last")
+    x = utils.first_chunk(x_ptr, row, M, N, stride_xm, stride_xn, 0.0, BLOCK_N)
     k = tl.load(x_ptr + row * stride_xm, mask=row < M, other=0.0).to(tl.float32)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         x_row = x_ptr + row * stride_xm
@@ -213,8 +212,7 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
             w = w_next
             b = b_next
         row_next = row + n_prog
-        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
-                         other=0.0, eviction_policy="evict_last")
+        x_next = utils.first_chunk(x_ptr, row_next, M, N, stride_xm, stride_xn, 0.0, BLOCK_N)
         k_next = tl.load(x_ptr + row_next * stride_xm, mask=row_next < M, other=0.0).to(tl.float32)
         y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
         tl.store(y_row + c, y.to(y_row.dtype.element_ty), mask=c < tl.where(last > 0, N, 0),
@@ -445,8 +443,7 @@ def _norm_chain_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_y
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N
     row = pid.to(tl.int64)
-    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=0.0,
-                eviction_policy="evict_last")
+    x = utils.first_chunk(x_ptr, row, M, N, stride_xm, stride_xn, 0.0, BLOCK_N)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         x_row = x_ptr + row * stride_xm
         y_row = y_ptr + row * stride_ym
@@ -469,8 +466,7 @@ def _norm_chain_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_y
                      eviction_policy="evict_first")
             x = x_next
         row_next = row + n_prog
-        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
-                         other=0.0, eviction_policy="evict_last")
+        x_next = utils.first_chunk(x_ptr, row_next, M, N, stride_xm, stride_xn, 0.0, BLOCK_N)
         tl.store(y_row + c, (x.to(tl.float32) * scale).to(y_row.dtype.element_ty), mask=c < tl.where(last > 0, N, 0),
                  eviction_policy="evict_first")
         x = x_next

@@ -164,9 +164,7 @@ def _softmax_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N  # first column of a row's last chunk
     row = pid.to(tl.int64)
-    # The first row's chunk 0 (a program may have no row: the bound N becomes 0, masking it all).
-    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=float("-inf"),
-                eviction_policy="evict_last")
+    x = utils.first_chunk(x_ptr, row, M, N, stride_xm, stride_xn, float("-inf"), BLOCK_N)  # (a program may have no row)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         x_row = x_ptr + row * stride_xm
         y_row = y_ptr + row * stride_ym
@@ -195,8 +193,7 @@ def _softmax_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
             x = x_next
         # Chunk 0 (if the row has more than one), with the next row's chunk 0 in flight.
         row_next = row + n_prog
-        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
-                         other=float("-inf"), eviction_policy="evict_last")
+        x_next = utils.first_chunk(x_ptr, row_next, M, N, stride_xm, stride_xn, float("-inf"), BLOCK_N)
         tl.store(y_row + c, (tl.exp(x.to(tl.float32) - m) * inv).to(y_row.dtype.element_ty),
                  mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
         x = x_next
@@ -439,8 +436,7 @@ def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N
     row = pid.to(tl.int64)
-    x = tl.load(x_ptr + row * stride_xm + c * stride_xn, mask=c < tl.where(row < M, N, 0), other=float("-inf"),
-                eviction_policy="evict_last")
+    x = utils.first_chunk(x_ptr, row, M, N, stride_xm, stride_xn, float("-inf"), BLOCK_N)
     for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
         x_row = x_ptr + row * stride_xm
         z_row = z_ptr + row * stride_zm
@@ -468,8 +464,7 @@ def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
                      eviction_policy="evict_first")
             x = x_next
         row_next = row + n_prog
-        x_next = tl.load(x_ptr + row_next * stride_xm + c * stride_xn, mask=c < tl.where(row_next < M, N, 0),
-                         other=float("-inf"), eviction_policy="evict_last")
+        x_next = utils.first_chunk(x_ptr, row_next, M, N, stride_xm, stride_xn, float("-inf"), BLOCK_N)
         tl.store(z_row + c, (tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2).to(z_row.dtype.element_ty),
                  mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
         x = x_next
@@ -725,6 +720,7 @@ def _softmax_bwd_stream_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_d
     n_chunks = tl.cdiv(N, BLOCK_N)
     last = (n_chunks - 1) * BLOCK_N
     row = pid.to(tl.int64)
+    # chunk 0 of both inputs under one mask (utils.first_chunk's, written out: shared by the two loads)
     ok = c < tl.where(row < M, N, 0)
     dy = tl.load(dy_ptr + row * stride_dym + c * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_last")
     y = tl.load(y_ptr + row * stride_ym + c * stride_yn, mask=ok, other=0.0, eviction_policy="evict_last")

@@ -457,6 +457,17 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 @triton.jit
+def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr):
+    """Columns [0, BLOCK_N) of `row` (loaded evict_last: a first pass that a second re-reads), or
+    nothing but `other` when row >= M -- the streamed kernels' load of the next row's first chunk.
+    The row condition is folded into the column bound: the interpreter rejects a tensor mask `&` a
+    scalar condition."""
+    c = tl.arange(0, BLOCK_N)
+    return tl.load(ptr + row * stride_m + c * stride_n, mask=c < tl.where(row < M, N, 0), other=other,
+                   eviction_policy="evict_last")
+
+
+@triton.jit
 def row_barrier_wait(cnt_ptr, count):
     """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs.
 
