@@ -156,7 +156,9 @@ class RowPlan:
     def describe(self) -> str:
         if self.mode == "tile":
             early = ", parameters loaded with the rows" if self.prefetch else ""
-            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
+            progs = f", {self.grid} programs" if self.grid else ""
+            staged = f", next rows staged in shared memory {self.stages - 1} deep" if self.stages else ""
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{progs}{early}{staged})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = (", next step prefetched" if self.stages == 1 else
@@ -184,6 +186,22 @@ def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int
     if num_warps is None:
         num_warps = num_warps_for(block_m * bn, per_thread=16, lo=4, hi=16)
     return RowPlan("tile", block_m, bn, num_warps)
+
+
+def staged_tile_plan(M: int, N: int, device, num_warps: int = 32, per_sm: int = 1, stages: int = 2,
+                     block_m: int = 1) -> RowPlan:
+    """Rows on chip, persistent: `per_sm` programs per SM walk the blocks of rows, tl.range staging
+    the next `stages - 1` blocks' loads in shared memory while a block is computed in registers --
+    the one-read plan for rows too long for more than one program per SM (32768 fp32 columns: 128
+    KB of registers, and 128 KB of shared memory for the next row)."""
+    plan = tile_plan(M, N, device, block_m, num_warps)
+    return replace(plan, grid=per_sm * num_sms(device), stages=stages)
+
+
+def tile_grid(M: int, plan: RowPlan) -> int:
+    """Programs of a tile plan: one per block of rows, or plan.grid persistent ones (at most one per block)."""
+    blocks = cdiv(M, plan.block_m)
+    return min(plan.grid, blocks) if plan.grid else blocks
 
 
 def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, stages: int | None = None,
