@@ -433,3 +433,14 @@ def test_l2_flush_kernel_zeroes_the_whole_buffer():
     buf = torch.arange(1, 20_002, dtype=torch.int32, device=DEVICE)
     zero_evict_last(buf)
     assert int(buf.abs().sum()) == 0
+
+
+def test_staged_tile_candidates():
+    # Rows of 4096..max_onchip elements get two staged tile plans (persistent, next rows in shared
+    # memory); shorter rows and kernels without the mode do not.
+    sms = utils.num_sms("cpu")
+    staged = [p for p in utils.row_plans(4096, 16384, "cpu", staged=True, tile_prefetch=True) if p.stages]
+    assert [(p.mode, p.num_warps, p.grid // sms, p.stages, p.prefetch) for p in staged] == [
+        ("tile", 32, 1, 3, True), ("tile", 16, 2, 2, True)]
+    assert not any(p.stages for p in utils.row_plans(4096, 2048, "cpu", staged=True))
+    assert not any(p.stages for p in utils.row_plans(4096, 16384, "cpu"))

@@ -598,11 +598,11 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for softmax_impl, the heuristic's choice first."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           streams=True)
+                           streams=True, staged=True)
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True, staged=True)
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -610,7 +610,8 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
     # streamed plans keep their steps (8192 columns measured fastest, session 8).  Split plans first:
     # before the streamed plans, they were the fastest for long rows at every row count measured.
     plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+                                      staged=True)
              if not (p.mode == "stream" and p.block_n > 8192)]  # 16384-column steps spill
     return sorted(plans, key=lambda p: p.mode != "split")
 
