@@ -72,10 +72,9 @@ TIME_WRONG = os.environ.get("LONG_ROWS_TIME_WRONG", "0") == "1"
 
 
 def parse_plan(spec: str, shape) -> utils.RowPlan:
-    """A plan from "loop:STEP:WARPS:GRID:STAGES", "stream:STEP:WARPS:PER_SM",
-    "tile:ROWS:WARPS[:PER_SM:STAGES[:PREFETCH]]" or "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not
-    pipelined, 1: next step prefetched; GRID 0: one program per row; a tile with PER_SM and STAGES:
-    persistent, the next rows staged in shared memory)."""
+    """A plan from "loop:STEP:WARPS:GRID:STAGES", "stream:STEP:WARPS:PER_SM", "tile:ROWS:WARPS" or
+    "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not pipelined, 1: next step prefetched; GRID 0: one
+    program per row)."""
     mode, *v = spec.split(":")
     n = [int(x) for x in v]
     if mode == "loop" and len(n) == 4:
@@ -84,12 +83,10 @@ def parse_plan(spec: str, shape) -> utils.RowPlan:
         return utils.stream_plan(DEVICE, n[0], n[1], n[2])
     if mode == "tile" and len(n) == 2:
         return utils.tile_plan(*shape, DEVICE, n[0], n[1])
-    if mode == "tile" and len(n) in (4, 5):
-        return utils.staged_tile_plan(*shape, DEVICE, n[1], n[2], n[3], block_m=n[0], prefetch=bool(n[4:] and n[4]))
     if mode == "coop" and len(n) == 4:
         return utils.coop_plan(*shape, DEVICE, n[0], n[1], n[2], bool(n[3]))
     raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES, stream:STEP:WARPS:PER_SM, "
-                     "tile:ROWS:WARPS[:PER_SM:STAGES[:PREFETCH]] or coop:CHUNK:WARPS:PER_SM:PREFETCH")
+                     "tile:ROWS:WARPS or coop:CHUNK:WARPS:PER_SM:PREFETCH")
 
 
 def plans_for(case_name: str, shape, modes) -> list[utils.RowPlan]:

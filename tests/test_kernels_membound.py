@@ -15,7 +15,6 @@ import os
 
 import pytest
 import torch
-import triton
 
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS, utils
@@ -157,26 +156,23 @@ PLANS = {"softmax": ksm.softmax_plans, "double_softmax": ksm.double_softmax_plan
          "norm_chain": knorm.norm_chain_plans}
 
 
-# The persistent plans: streamed (utils.RowPlan "stream": one chain of steps per program across
-# passes and rows) and staged tiles ("tile" with a grid and stages: programs walking blocks of rows).
-PERSISTENT_PLANS = {
+# The streamed plans (utils.RowPlan "stream"): one chain of steps per program across passes and rows.
+STREAM_PLANS = {
     "stream": utils.RowPlan("stream", 1, 64, 4, grid=2),  # 11 steps per pass, the last ragged; 2 rows for one program
     "stream_two_chunks": utils.RowPlan("stream", 1, 512, 4, grid=2),  # no whole middle chunks in pass 2
     "stream_one_chunk": utils.RowPlan("stream", 1, 1024, 4, grid=4),  # a row in one step; a program with no row
-    "staged_tile": utils.RowPlan("tile", 1, 1024, 4, grid=2, stages=2),  # 3 rows: one program takes two
-    "staged_tile_blocks": utils.RowPlan("tile", 2, 1024, 4, grid=1, stages=3),  # one program, 2 blocks, the last ragged
 }
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("mode", list(PERSISTENT_PLANS))
+@pytest.mark.parametrize("mode", list(STREAM_PLANS))
 @pytest.mark.parametrize("name", TWO_PASS)
-def test_persistent_plans(name, mode, dtype, layout):
+def test_stream_plans(name, mode, dtype, layout):
     args = inputs(name, (3, 700), dtype, seed=5)
     if layout != "contiguous":
         args = tuple(strided(a, layout.split("_")[0] + "s") if isinstance(a, torch.Tensor) else a for a in args)
-    check(name, IMPL[name](*args, plan=PERSISTENT_PLANS[mode]), args)
+    check(name, IMPL[name](*args, plan=STREAM_PLANS[mode]), args)
 
 
 @pytest.mark.parametrize("name", TWO_PASS)
@@ -358,28 +354,6 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
     assert ran >= 4, "fewer cooperative and streamed plans than expected fit on this GPU"
 
 
-@gpu
-@pytest.mark.parametrize("shape, dtype", [((300, 20000), torch.float32), ((300, 30000), torch.bfloat16),
-                                          ((1000, 9000), torch.float32)], ids=["300x20000-fp32", "300x30000-bf16",
-                                                                               "1000x9000-fp32"])
-@pytest.mark.parametrize("name", TWO_PASS)
-def test_gpu_staged_tile_plans(name, shape, dtype):
-    # Persistent rows-on-chip programs whose next rows tl.range stages in shared memory (cp.async
-    # on the GPU; the interpreter ignores the pipeline): a program takes 2-8 blocks, the last ragged.
-    args = inputs(name, shape, dtype, seed=6)
-    plans = [utils.staged_tile_plan(*shape, DEVICE, warps, per_sm, stages, block_m=bm)
-             for bm, warps, per_sm, stages in ((1, 32, 1, 2), (1, 16, 2, 2), (2, 32, 1, 2), (1, 32, 1, 3))]
-    ran = 0
-    for plan in plans:
-        try:
-            out = IMPL[name](*args, plan=plan)
-        except triton.runtime.errors.OutOfResources:  # staged rows that do not fit in shared memory
-            continue
-        check(name, out, args)
-        ran += 1
-    assert ran >= 1, "no staged tile plan fits in shared memory"
-
-
 # ----------------------------------------------------------------------------------------------
 # what the single-pass kernels compile to (sm_90 SASS, built offline: no GPU needed)
 
@@ -433,14 +407,3 @@ def test_l2_flush_kernel_zeroes_the_whole_buffer():
     buf = torch.arange(1, 20_002, dtype=torch.int32, device=DEVICE)
     zero_evict_last(buf)
     assert int(buf.abs().sum()) == 0
-
-
-def test_staged_tile_candidates():
-    # Rows of 4096..max_onchip elements get two staged tile plans (persistent, next rows in shared
-    # memory); shorter rows and kernels without the mode do not.
-    sms = utils.num_sms("cpu")
-    staged = [p for p in utils.row_plans(4096, 16384, "cpu", staged=True, tile_prefetch=True) if p.stages]
-    assert [(p.mode, p.num_warps, p.grid // sms, p.stages, p.prefetch) for p in staged] == [
-        ("tile", 32, 1, 3, True), ("tile", 16, 2, 2, True)]
-    assert not any(p.stages for p in utils.row_plans(4096, 2048, "cpu", staged=True))
-    assert not any(p.stages for p in utils.row_plans(4096, 16384, "cpu"))

@@ -40,49 +40,35 @@ LAYERNORM_EPS = 1e-5
 @triton.jit
 def _layernorm_tile_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           PREFETCH: tl.constexpr, STAGES: tl.constexpr):
+                           PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
-    if PREFETCH:  # weight and bias once per program, in flight with its first rows (see below)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    if PREFETCH:  # weight and bias in flight with the rows (see below for the default)
         w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
-    # Blocks of BLOCK_M rows pid, pid + P, ... (P programs): one block per program, or, persistent,
-    # several, tl.range staging the next block's loads in shared memory (STAGES >= 2) meanwhile.
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog), num_stages=STAGES):
-        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
-        mask = (r < M - row0)[:, None] & (c < N)[None, :]
-        x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                    mask=mask, other=0.0).to(tl.float32)
-        # Two-pass statistics on the rows in registers, of x shifted by each row's first element
-        # (a large mean would otherwise cost the sum its low bits); padding is zeroed out.
-        k = tl.load(x_ptr + row0 * stride_xm + r * stride_xm, mask=r < M - row0, other=0.0).to(tl.float32)
-        d = tl.where(mask, x - k[:, None], 0.0)
-        mean_d = tl.sum(d, 1) / N
-        xc = tl.where(mask, d - mean_d[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
-        # One weight and bias vector for the block's rows; by default loaded only now (loading
-        # them with the rows measured 2x slower on an H200 at 32 values per thread: three row-sized
-        # values per thread spill); PREFETCH plans hold them from the start, one round trip fewer
-        # (and, persistent, one load per program rather than per block).
-        if PREFETCH:
-            _layernorm_tile_store(xc, rstd, w, b, y_ptr, row0, r, c, mask, stride_ym)
-        elif M - row0 > 0:  # always true; a runtime branch keeps these loads out of tl.range's
-            # pipeline, which stages only the loop's top-level loads (three row-sized buffers of
-            # shared memory would not fit)
-            w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
-            b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
-            _layernorm_tile_store(xc, rstd, w, b, y_ptr, row0, r, c, mask, stride_ym)
-
-
-@triton.jit
-def _layernorm_tile_store(xc, rstd, w, b, y_ptr, row0, r, c, mask, stride_ym):
+    # Two-pass statistics on the rows in registers, of x shifted by each row's first element
+    # (a large mean would otherwise cost the sum its low bits); padding is zeroed out.
+    k = tl.load(x_ptr + row0 * stride_xm + r * stride_xm, mask=r < M - row0, other=0.0).to(tl.float32)
+    d = tl.where(mask, x - k[:, None], 0.0)
+    mean_d = tl.sum(d, 1) / N
+    xc = tl.where(mask, d - mean_d[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    # One weight and bias vector per program, shared by its rows; by default loaded only now
+    # (loading them with the rows measured 2x slower on an H200 at 32 values per thread: three
+    # row-sized values per thread spill); PREFETCH plans load them first, one round trip fewer.
+    if not PREFETCH:
+        w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + c, mask=c < N, other=0.0).to(tl.float32)
     y = xc * rstd[:, None] * w[None, :] + b[None, :]
-    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -332,9 +318,9 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.tile_grid(M, plan),)
+        grid = (utils.cdiv(M, plan.block_m),)
         _layernorm_tile_kernel[grid](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, BLOCK_M=plan.block_m,
-                                     PREFETCH=plan.prefetch, STAGES=plan.stages, **meta)
+                                     PREFETCH=plan.prefetch, **meta)
     elif plan.mode == "loop":
         _layernorm_loop_kernel[(plan.grid or M,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, STAGES=plan.stages,
                                                   **meta)
@@ -359,27 +345,22 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
 
 @triton.jit
 def _norm_chain_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # Blocks of BLOCK_M rows pid, pid + P, ... (P programs): one block per program, or, persistent,
-    # several, tl.range staging the next block's loads in shared memory (STAGES >= 2) meanwhile.
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog), num_stages=STAGES):
-        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
-        r = tl.arange(0, BLOCK_M)
-        c = tl.arange(0, BLOCK_N)
-        mask = (r < M - row0)[:, None] & (c < N)[None, :]
-        x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                    mask=mask, other=0.0).to(tl.float32)
-        # The chain as written, on the rows in registers (padding stays 0 through every step).
-        x = x * tl.sum(x, 1)[:, None]
-        x = x * tl.sum(x, 1)[:, None]
-        x = x * tl.sum(x, 1)[:, None]
-        tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
-                 x.to(y_ptr.dtype.element_ty), mask=mask)
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=0.0).to(tl.float32)
+    # The chain as written, on the rows in registers (padding stays 0 through every step).
+    x = x * tl.sum(x, 1)[:, None]
+    x = x * tl.sum(x, 1)[:, None]
+    x = x * tl.sum(x, 1)[:, None]
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             x.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -547,8 +528,8 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
     align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.tile_grid(M, plan),)
-        _norm_chain_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, STAGES=plan.stages, **meta)
+        grid = (utils.cdiv(M, plan.block_m),)
+        _norm_chain_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _norm_chain_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":
@@ -573,11 +554,11 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           tile_prefetch=True, streams=True, staged=True)
+                           tile_prefetch=True, streams=True)
 
 
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True, staged=True)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: utils.RowPlan | None = None,

@@ -96,7 +96,7 @@ def single_pass_kernels() -> dict[str, tuple]:
     cases at typical tiles (fp32, contiguous rows: the column strides are the JIT's constant 1)."""
     from fusebench.kernels import horizontal as hor, norms, pointwise as pw, softmax as sm
 
-    rows = dict(ALIGN=4, BLOCK_M=1, STAGES=None)  # STAGES: one block per program, nothing staged
+    rows = dict(ALIGN=4, BLOCK_M=1)
     out = {
         "softmax 1x4096": (sm._softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
         "double_softmax 1x4096": (sm._double_softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
@@ -106,9 +106,9 @@ def single_pass_kernels() -> dict[str, tuple]:
                                                         dict(rows, BLOCK_N=8192, stride_xn=1, PREFETCH=True), 16),
         "norm_chain 1x4096": (norms._norm_chain_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
         "horizontal_reduction_pointwise 1x4096": (hor._horizontal_tile_kernel, dict(
-            ALIGN=4, BLOCK_M=1, BLOCK_N=4096, stride_an=1, WITH_COS=True, WITH_MAX=False, EVICT=""), 8),
+            rows, BLOCK_N=4096, stride_an=1, WITH_COS=True, WITH_MAX=False, EVICT=""), 8),
         "horizontal_reduction_reduction 1x4096": (hor._horizontal_tile_kernel, dict(
-            ALIGN=4, BLOCK_M=1, BLOCK_N=4096, stride_an=1, WITH_COS=False, WITH_MAX=True, EVICT="evict_first"), 8),
+            rows, BLOCK_N=4096, stride_an=1, WITH_COS=False, WITH_MAX=True, EVICT="evict_first"), 8),
     }
     for p in pw.TRANSPOSED_PLANS + pw.TRANSPOSED_SMALL_PLANS:
         out[f"bias_dropout_add_transposed {p.block_m}x{p.block_n} {p.num_warps}w"] = (

@@ -52,27 +52,22 @@ from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_
 
 @triton.jit
 def _softmax_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                         ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                         ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # Blocks of BLOCK_M rows pid, pid + P, ... (P programs): one block per program, or, persistent,
-    # several, tl.range staging the next block's loads in shared memory (STAGES >= 2) meanwhile.
-    # Row offsets in 64 bits: a tensor may exceed 2**31 elements.
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog), num_stages=STAGES):
-        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
-        r = tl.arange(0, BLOCK_M)
-        c = tl.arange(0, BLOCK_N)
-        mask = (r < M - row0)[:, None] & (c < N)[None, :]
-        # Padding is -inf, which exp() turns into 0 in the sum.
-        x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                    mask=mask, other=float("-inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, 1)[:, None])
-        y = e * (1.0 / tl.sum(e, 1))[:, None]
-        tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
-                 y.to(y_ptr.dtype.element_ty), mask=mask)
+    # This program's BLOCK_M rows; row offsets in 64 bits (a tensor may exceed 2**31 elements).
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    # Padding is -inf, which exp() turns into 0 in the sum.
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 1)[:, None])
+    y = e * (1.0 / tl.sum(e, 1))[:, None]
+    tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 # The looped kernels' passes, here and in norms.py, are helpers over a column range [lo, hi) of
@@ -298,8 +293,8 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
     align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.tile_grid(M, plan),)
-        _softmax_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, STAGES=plan.stages, **meta)
+        grid = (utils.cdiv(M, plan.block_m),)
+        _softmax_tile_kernel[grid](x, y, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _softmax_loop_kernel[(plan.grid or M,)](x, y, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":
@@ -323,29 +318,24 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
 
 @triton.jit
 def _double_softmax_tile_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
-                                ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                                ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
     # Both softmaxes on the rows held in registers: one read, one write.
-    # Blocks of BLOCK_M rows pid, pid + P, ... (P programs): one block per program, or, persistent,
-    # several, tl.range staging the next block's loads in shared memory (STAGES >= 2) meanwhile.
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog), num_stages=STAGES):
-        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
-        r = tl.arange(0, BLOCK_M)
-        c = tl.arange(0, BLOCK_N)
-        mask = (r < M - row0)[:, None] & (c < N)[None, :]
-        x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                    mask=mask, other=float("-inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, 1)[:, None])
-        y = e * (1.0 / tl.sum(e, 1))[:, None]
-        # Padding has y = 0, which is not -inf: zero its exp explicitly.
-        e2 = tl.where(mask, tl.exp(y - tl.max(y, 1)[:, None]), 0.0)
-        z = e2 * (1.0 / tl.sum(e2, 1))[:, None]
-        tl.store(z_ptr + row0 * stride_zm + r[:, None] * stride_zm + c[None, :],
-                 z.to(z_ptr.dtype.element_ty), mask=mask)
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
+                mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 1)[:, None])
+    y = e * (1.0 / tl.sum(e, 1))[:, None]
+    # Padding has y = 0, which is not -inf: zero its exp explicitly.
+    e2 = tl.where(mask, tl.exp(y - tl.max(y, 1)[:, None]), 0.0)
+    z = e2 * (1.0 / tl.sum(e2, 1))[:, None]
+    tl.store(z_ptr + row0 * stride_zm + r[:, None] * stride_zm + c[None, :],
+             z.to(z_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -575,9 +565,8 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
     align = utils.vector_align(x.element_size(), N, sxm) if sxn == 1 else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.tile_grid(M, plan),)
-        _double_softmax_tile_kernel[grid](x, z, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, STAGES=plan.stages,
-                                          **meta)
+        grid = (utils.cdiv(M, plan.block_m),)
+        _double_softmax_tile_kernel[grid](x, z, M, N, sxm, sxn, N, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":
@@ -598,11 +587,11 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for softmax_impl, the heuristic's choice first."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           streams=True, staged=True)
+                           streams=True)
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True, staged=True)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -610,8 +599,7 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
     # streamed plans keep their steps (8192 columns measured fastest, session 8).  Split plans first:
     # before the streamed plans, they were the fastest for long rows at every row count measured.
     plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
-                                      staged=True)
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
              if not (p.mode == "stream" and p.block_n > 8192)]  # 16384-column steps spill
     return sorted(plans, key=lambda p: p.mode != "split")
 
@@ -622,28 +610,23 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
 
 @triton.jit
 def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
-                             stride_dxm, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
-    # Blocks of BLOCK_M rows pid, pid + P, ... (P programs): one block per program, or, persistent,
-    # several, tl.range staging the next block's loads in shared memory (STAGES >= 2) meanwhile.
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    for i in tl.range(0, tl.cdiv(tl.cdiv(M, BLOCK_M) - pid, n_prog), num_stages=STAGES):
-        row0 = (pid + i * n_prog).to(tl.int64) * BLOCK_M
-        r = tl.arange(0, BLOCK_M)
-        c = tl.arange(0, BLOCK_N)
-        mask = (r < M - row0)[:, None] & (c < N)[None, :]
-        dy = tl.load(dy_ptr + row0 * stride_dym + r[:, None] * stride_dym + c[None, :] * stride_dyn,
-                     mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :] * stride_yn,
-                    mask=mask, other=0.0).to(tl.float32)
-        dot = tl.sum(dy * y, 1)
-        dx = y * (dy - dot[:, None])
-        tl.store(dx_ptr + row0 * stride_dxm + r[:, None] * stride_dxm + c[None, :],
-                 dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    dy = tl.load(dy_ptr + row0 * stride_dym + r[:, None] * stride_dym + c[None, :] * stride_dyn,
+                 mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :] * stride_yn,
+                mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(dy * y, 1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + row0 * stride_dxm + r[:, None] * stride_dxm + c[None, :],
+             dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -848,9 +831,8 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     align = utils.vector_align(y.element_size(), N, dy.stride(0), y.stride(0)) if unit else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.tile_grid(M, plan),)
-        _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, STAGES=plan.stages,
-                                       **meta)
+        grid = (utils.cdiv(M, plan.block_m),)
+        _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, **meta)
     elif plan.mode == "loop":
         _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":

@@ -156,9 +156,7 @@ class RowPlan:
     def describe(self) -> str:
         if self.mode == "tile":
             early = ", parameters loaded with the rows" if self.prefetch else ""
-            progs = f", {self.grid} programs" if self.grid else ""
-            staged = f", next rows staged in shared memory {self.stages - 1} deep" if self.stages else ""
-            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{progs}{early}{staged})"
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = (", next step prefetched" if self.stages == 1 else
@@ -186,23 +184,6 @@ def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int
     if num_warps is None:
         num_warps = num_warps_for(block_m * bn, per_thread=16, lo=4, hi=16)
     return RowPlan("tile", block_m, bn, num_warps)
-
-
-def staged_tile_plan(M: int, N: int, device, num_warps: int = 32, per_sm: int = 1, stages: int = 2,
-                     block_m: int = 1, prefetch: bool = False) -> RowPlan:
-    """Rows on chip, persistent: `per_sm` programs per SM walk the blocks of rows, tl.range staging
-    the next `stages - 1` blocks' loads in shared memory while a block is computed in registers --
-    the one-read plan for rows too long for more than one program per SM (32768 fp32 columns: 128
-    KB of registers, and 128 KB of shared memory for the next row).  `prefetch`: see RowPlan (a
-    persistent program loads per-column parameters once)."""
-    plan = tile_plan(M, N, device, block_m, num_warps)
-    return replace(plan, grid=per_sm * num_sms(device), stages=stages, prefetch=prefetch)
-
-
-def tile_grid(M: int, plan: RowPlan) -> int:
-    """Programs of a tile plan: one per block of rows, or plan.grid persistent ones (at most one per block)."""
-    blocks = cdiv(M, plan.block_m)
-    return min(plan.grid, blocks) if plan.grid else blocks
 
 
 def loop_plan(block_n: int = 4096, num_warps: int | None = None, grid: int = 0, stages: int | None = None,
@@ -242,8 +223,7 @@ def coop_enabled(device) -> bool:
 
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
-              coop_prefetch: bool = False, tile_prefetch: bool = False, streams: bool = False,
-              staged: bool = False) -> list[RowPlan]:
+              coop_prefetch: bool = False, tile_prefetch: bool = False, streams: bool = False) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
@@ -255,11 +235,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
     every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
-    the kernel has a "stream" mode; add those plans.  `staged`: the kernel's tile plan can be
-    persistent with the next rows staged in shared memory (staged_tile_plan); add two such plans
-    for rows of 4096 to max_onchip elements (one program per SM at 16 values per thread, two
-    blocks staged; two per SM at 32 values per thread, one staged), with the parameters loaded once
-    per program if `tile_prefetch`."""
+    the kernel has a "stream" mode; add those plans."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -271,10 +247,6 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
                 cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
         if tile_prefetch:
             cands += [replace(p, prefetch=True) for p in cands if p.block_m * p.block_n <= 16 * 32 * p.num_warps]
-        if staged and base.block_n >= 4096:
-            bn = base.block_n
-            cands += [staged_tile_plan(M, N, device, min(32, bn // 512), 1, 3, prefetch=tile_prefetch),
-                      staged_tile_plan(M, N, device, max(4, bn // 1024), 2, 2, prefetch=tile_prefetch)]
         return unique(cands)
     sms = num_sms(device)
     loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4),
