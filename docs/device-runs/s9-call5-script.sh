@@ -17,6 +17,11 @@ lr 0 conc & lr 1 conc & lr 2 conc & lr 3 conc & wait
 lr 0 solo2
 lr 3 solo2
 kill $SMI
-for f in $L/*/long_rows.csv; do echo "== $f"; cut -d, -f1,2,5,6,7,8,9,10 $f | column -t -s, | sed -n 2,20p; done
+python - $L/*/long_rows.csv <<'PY'
+import csv, sys
+for f in sys.argv[1:]:
+    for r in csv.DictReader(open(f)):
+        print(f.split("/")[-2], r["case"], r["shape"], r["plan"][:34], r["time_us"], r["of_peak"], r["copy_gbps"])
+PY
 head -3 $L/solo1-gpu0.txt
 tar czf $OUT/conc.tgz -C /tmp conc9
