@@ -195,7 +195,7 @@ def test_pairs_are_choosable(run):
     store, run_id = run
     cells = store.cells(run_id)
     soft, attention = cells[cells["case_name"] == "softmax"], cells[cells["case_name"] == "attention"]
-    assert case_pairs(soft, None) == [("inductor", "eager"), ("triton", "inductor")]
+    assert case_pairs(soft, None) == [("inductor", "eager"), ("triton", "inductor")]  # no memcpy cells here
     assert case_pairs(soft, [("triton", "eager"), ("sdpa-flash", "eager")]) == [("triton", "eager")]
     assert case_pairs(attention, None) == [("sdpa-flash", "eager")]
     assert case_pairs(attention, [("inductor", "eager")]) == []
@@ -211,6 +211,21 @@ def test_report_of_a_real_cpu_run(tmp_path):
     store.close()
     assert 'id="case-softmax"' in html and external_references(html) == []
     assert "Fewer than two implementations were timed" in html  # eager alone: no pair to draw
+
+
+def test_report_reads_memcpy_as_a_ceiling(tmp_path):
+    # triton over the same-size copy is drawn by default and titled as a fraction, not a speedup
+    api = pytest.importorskip("fusebench.api")
+    db = str(tmp_path / "cpu.db")
+    api.run(["softmax"], impls=["eager", "memcpy"], shapes="64x64,64x128", db=db)
+    store = Store.open(db)
+    cells = store.cells(None)
+    with open(render_report(store, None, str(tmp_path / "cpu.html"), pairs=[("eager", "memcpy")]),
+              encoding="utf-8") as f:
+        html = f.read()
+    store.close()
+    assert ("triton", "memcpy") in case_pairs(cells.assign(impl=cells.impl.replace("eager", "triton")), None)
+    assert "eager as a fraction of memcpy" in html and "speedup of eager over memcpy" not in html
 
 
 # --------------------------------------------------------------------------------------------

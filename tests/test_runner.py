@@ -27,6 +27,32 @@ def test_torch_mm_ceiling_is_timed_but_never_checked(db):
     assert (df[(df.impl == "torch-mm") & (df.case_name == "softmax")].status == "unsupported").all()
 
 
+def test_memcpy_ceiling_moves_the_cases_minimum_bytes(db):
+    # the same-size copy: timed beside the implementations, never checked, as many bytes as the case
+    df = fusebench.run(["softmax", "horizontal_reduction_reduction"], impls=["eager", "memcpy"], shapes="64x48",
+                       db=db, timing=FAST, device="cpu")
+    cp = df[df.impl == "memcpy"].set_index("case_name")
+    assert (cp.status == "ok").all() and (cp.time_us > 0).all() and (cp.seeds == 0).all()
+    assert all("accuracy" in na for na in cp.na)
+    assert cp.loc["softmax", "min_bytes"] == 2 * 64 * 48 * 4  # read x, write y
+    assert f"copy of {64 * 48 * 4:,} bytes per buffer" in cp.loc["softmax", "note"]
+    assert cp.loc["horizontal_reduction_reduction", "min_bytes"] == 64 * 48 * 4 + 2 * 64 * 4
+    assert cp.loc["softmax", "gbps"] == pytest.approx(cp.loc["softmax", "min_bytes"] / cp.loc["softmax", "time_us"] / 1e3)
+
+
+def test_memcpy_ceiling_needs_a_byte_model():
+    from fusebench.impls import get_impl
+
+    case = fusebench.get_case("softmax")
+    impl = get_impl("memcpy")
+    assert impl.supports(case, (64, 48), torch.float32, "cpu") is None
+    assert "no bytes" in impl.supports(case, (0, 48), torch.float32, "cpu")
+    prepared = impl.prepare(case, (64, 48), torch.float32, "cpu")
+    x = torch.randn(64, 48)
+    out = prepared.fn(x)
+    assert out.numel() == 64 * 48 * 4 and out.dtype == torch.uint8 and bool((out == 1).all())
+
+
 @pytest.mark.parametrize("name", ["matmul_add", "matmul_relu", "matmul_add_relu"])
 def test_cublaslt_computes_each_epilogue_case(name):
     # the same addmm calls on the CPU (cuBLASLt itself needs a GPU): each is the case, not a part of it
@@ -56,9 +82,10 @@ def test_user_case_gets_every_implementation(db):
     df = fusebench.run(["scaled_tanh"], db=db, timing=FAST)
     by_impl = dict(zip(df.impl, df.status))
     assert by_impl["eager"] == "ok" and by_impl["inductor"] == "ok"
-    assert set(by_impl) >= {"eager", "inductor", "triton", "sdpa-flash"}
+    assert by_impl["memcpy"] == "ok"  # it has a byte model: the same-size copy ceiling applies
+    assert set(by_impl) >= {"eager", "inductor", "triton", "sdpa-flash", "memcpy"}
     assert by_impl["triton"] == "unsupported" and by_impl["sdpa-flash"] == "unsupported"
-    ok = df[df.status == "ok"]
+    ok = df[(df.status == "ok") & (df.impl != "memcpy")]
     assert (ok.time_us > 0).all() and (ok.wall_time_us > 0).all() and (ok.seeds == 3).all()
     assert (ok.gbps > 0).all() and (ok.max_rel_err < 1e-5).all()
     assert ok[ok.impl == "inductor"].graphs.iloc[0] >= 1

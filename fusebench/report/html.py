@@ -21,7 +21,14 @@ from fusebench.report.tables import (
     speedup_cell, summarize,
 )
 
-DEFAULT_PAIRS = [("inductor", "eager"), ("triton", "inductor")]
+DEFAULT_PAIRS = [("inductor", "eager"), ("triton", "inductor"), ("triton", "memcpy")]
+# Baselines that are ceilings timed in the same run (fusebench.impls.ceiling), not implementations:
+# their pair's ratio is read as a fraction of the ceiling, not as a speedup.
+CEILING_LEGENDS = {
+    "memcpy": "fraction of a same-size copy = time(memcpy) / time({impl})\n"
+              "memcpy: dst.copy_(src) moving the case's minimum bytes, same run",
+    "torch-mm": "fraction of torch.mm = time(torch-mm) / time({impl})\ntorch-mm: the GEMM without the epilogue, same run",
+}
 FAILED = ["mismatch", "error", "crashed", "oom", "timeout", "skipped", "unsupported"]
 
 
@@ -266,11 +273,17 @@ def _unpaired_note(rows, impls, pairs, chosen) -> str:
 def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) -> dict:
     """Heatmaps and numbers of the speedup of impl over base (time(base) / time(impl))."""
     frame = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "time_us", base, None)
-    legend = f"speedup = time({base}) / time({impl})\n> 1: {impl} faster"
+    legend = (CEILING_LEGENDS[base].format(impl=impl) if base in CEILING_LEGENDS
+              else f"speedup = time({base}) / time({impl})\n> 1: {impl} faster")
     block = {
-        "impl": impl, "base": base, "title": f"{impl} vs {base}",
+        "impl": impl, "base": base,
+        "title": f"{impl} as a fraction of {base}" if base in CEILING_LEGENDS else f"{impl} vs {base}",
+        "subtitle": (f"time({base}) / time({impl}): 1 = at the ceiling timed in the same run" if base in CEILING_LEGENDS
+                     else f"speedup of {impl} over {base} = time({base}) / time({impl}); blue: {impl} faster, red: slower"),
         "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
-                                 f"{rows['case_name'].iloc[0]} · speedup of {impl} over {base}", legend),
+                                 f"{rows['case_name'].iloc[0]} · "
+                                 + (f"{impl} as a fraction of {base}" if base in CEILING_LEGENDS
+                                    else f"speedup of {impl} over {base}"), legend),
         "by_dtype": [], "wall_figures": [],
     }
     wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)

@@ -1,0 +1,76 @@
+#!/usr/bin/env python
+"""Where issue 6's first target stands: the memory-bound cases' large shapes against the copy rate.
+
+    python bench/standing.py docs/results/h200*.db [--ceiling 4246] [--min-input-mib 64] [--all]
+
+For each memory-bound case and each shape of its grid whose input (dim0 x dim1 elements of fp32)
+exceeds --min-input-mib, the latest `ok` fp32 `triton` cell of the given stores (latest by its start
+time, whichever store holds it) as a fraction of the copy ceiling (GB/s: --ceiling, by default
+the 4,246 GB/s that `fusebench ceilings` measured on an H200), and, where the same run also timed
+the `memcpy` ceiling at that shape, as a fraction of that same-size copy (memcpy's time over
+triton's: same run, same flush, same GPU).  Prints per case how many shapes reach --target of the
+ceiling and lists the others (--all: every shape).
+"""
+from __future__ import annotations
+
+import argparse
+import sqlite3
+
+import pandas as pd
+
+MEMORY_BOUND = ["pointwise_chain", "bias_gelu", "bias_dropout_add", "bias_dropout_add_transposed", "softmax",
+                "double_softmax", "softmax_backward", "layernorm", "norm_chain", "horizontal_reduction_pointwise",
+                "horizontal_reduction_reduction"]
+QUERY = ("SELECT c.case_name, c.shape, c.impl, c.time_us, c.gbps, c.started, c.run_id, r.hostname, r.git_commit "
+         "FROM cells c JOIN runs r ON r.id = c.run_id "
+         "WHERE c.dtype = 'fp32' AND c.status = 'ok' AND c.impl IN ('triton', 'memcpy') AND c.time_us > 0")
+
+
+def load(paths: list[str]) -> pd.DataFrame:
+    frames = []
+    for path in paths:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+            frame = pd.read_sql_query(QUERY, con)
+        frames.append(frame.assign(store=path.rsplit("/", 1)[-1]))
+    return pd.concat(frames, ignore_index=True)
+
+
+def input_mib(shape: str) -> float:
+    dims = [int(d) for d in shape.split("x")]
+    return dims[0] * dims[1] * 4 / 2**20
+
+
+def standing(cells: pd.DataFrame, ceiling: float, min_mib: float) -> pd.DataFrame:
+    cells = cells[cells.case_name.isin(MEMORY_BOUND) & (cells["shape"].map(input_mib) > min_mib)]
+    triton = cells[cells.impl == "triton"].sort_values("started").groupby(["case_name", "shape"]).tail(1)
+    copies = cells[cells.impl == "memcpy"][["store", "run_id", "case_name", "shape", "time_us"]]
+    out = triton.merge(copies, on=["store", "run_id", "case_name", "shape"], how="left", suffixes=("", "_memcpy"))
+    out["of_ceiling"] = out.gbps / ceiling
+    out["of_memcpy"] = out.time_us_memcpy / out.time_us
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stores", nargs="+")
+    ap.add_argument("--ceiling", type=float, default=4246.0, help="copy ceiling, GB/s")
+    ap.add_argument("--min-input-mib", type=float, default=64.0)
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--all", action="store_true", help="list every shape, not only those below the target")
+    a = ap.parse_args()
+    table = standing(load(a.stores), a.ceiling, a.min_input_mib)
+    for case in MEMORY_BOUND:
+        rows = table[table.case_name == case].sort_values("of_ceiling")
+        if rows.empty:
+            continue
+        ok = int((rows.of_ceiling >= a.target).sum())
+        print(f"{case}: {ok} of {len(rows)} shapes at >= {a.target:g} of {a.ceiling:,.0f} GB/s")
+        for r in rows.itertuples():
+            if a.all or r.of_ceiling < a.target:
+                copy = f"{r.of_memcpy:.3f} of memcpy" if pd.notna(r.of_memcpy) else "no memcpy in its run"
+                print(f"   {r.shape:>12} {r.time_us:10.2f} us  {r.of_ceiling:.3f} of ceiling  {copy:>22}"
+                      f"  ({r.store} run {r.run_id}, {r.git_commit})")
+
+
+if __name__ == "__main__":
+    main()
