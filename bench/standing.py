@@ -29,8 +29,11 @@ QUERY = ("SELECT c.case_name, c.shape, c.impl, c.time_us, c.gbps, c.started, c.r
 def load(paths: list[str]) -> pd.DataFrame:
     frames = []
     for path in paths:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        con = sqlite3.connect(path)  # read only by use: SELECTs alone (read-only mode leaves -wal/-shm files behind)
+        try:
             frame = pd.read_sql_query(QUERY, con)
+        finally:
+            con.close()
         frames.append(frame.assign(store=path.rsplit("/", 1)[-1]))
     return pd.concat(frames, ignore_index=True)
 
