@@ -9,6 +9,8 @@
 #    `triton` and `memcpy`, one worker per GPU: the standing of issue 6's first target under one
 #    flush, one machine, one commit, each cell beside a copy of the same bytes timed in the same run.
 # Results land in $OUT as each step finishes (session 9's call 5 lost everything by packing at the end).
+# First attempt of this call: a bare `wait` after the four concurrent runs also waited for the
+# background nvidia-smi and hung until the call limit (as, most likely, session 9's call 5 did).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FUSEBENCH_COMMIT=${COMMIT:-unknown}
 unset CUDA_VISIBLE_DEVICES
 T0=$(date +%s); END=$((T0 + ${BUDGET:-560}))
@@ -25,7 +27,7 @@ cells() { # gpu, tag
     --impl triton,memcpy --metrics none --gpus $1 --db $A/$2-gpu$1.db > $A/$2-gpu$1.txt 2>&1
 }
 log "A: solo1"; cells 0 solo1
-log "A: four at once"; cells 0 conc & cells 1 conc & cells 2 conc & cells 3 conc & wait
+log "A: four at once"; P=(); for g in 0 1 2 3; do cells $g conc & P+=($!); done; wait ${P[@]}  # not a bare wait: nvidia-smi runs in the background
 log "A: solo2"; cells 0 solo2
 python - $A/*.db > $A/concurrency.txt 2>&1 <<'PY'
 import sqlite3, sys
