@@ -139,10 +139,6 @@ def test_horizontal_plans_loop_short_rows():
     modes = [p.mode for p in khor.horizontal_plans(4096, 4096, "cuda" if ON_GPU else "cpu")]
     assert modes[0] == "tile" and "loop" in modes and "coop" not in modes
     assert all(p.mode == "tile" for p in khor.horizontal_plans(4096, 512, DEVICE))
-    # from 4096 columns also split rows: 2-4 K-column chunks, at least two per row
-    splits = [(p.block_n, p.splits) for p in khor.horizontal_plans(2048, 16384, DEVICE) if p.mode == "split"]
-    assert splits == [(2048, 8), (4096, 4)]
-    assert [(p.block_n, p.splits) for p in khor.horizontal_plans(2048, 4096, DEVICE) if p.mode == "split"] == [(2048, 2)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -334,18 +330,6 @@ def test_vector_align():
 def test_gpu_sizes(name, shape, dtype):
     args = inputs(name, shape, dtype, seed=8)
     check(name, KERNELS[name].fn(*args), args)
-
-
-@gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", ["horizontal_reduction_pointwise", "horizontal_reduction_reduction"])
-def test_gpu_horizontal_split_plans_of_rows_on_chip(name, dtype):
-    # the split candidates of rows that fit on chip, forced (5000 columns: the last chunk ragged)
-    args = inputs(name, (2000, 5000), dtype, seed=5)
-    plans = [p for p in khor.horizontal_plans(2000, 5000, DEVICE) if p.mode == "split"]
-    assert len(plans) == 1
-    for plan in plans:
-        check(name, IMPL[name](*args, plan=plan), args)
 
 
 @gpu

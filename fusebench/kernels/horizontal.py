@@ -168,10 +168,7 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
     Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
     too: a few rows per program streamed in 1-2 K-column steps into per-lane accumulators and
     reduced across lanes once per row (the shape of Inductor's looped reductions), with one
-    program per group of rows or a persistent, pipelined grid; and rows of 4096 columns or more,
-    split plans: 2-4 K-column chunks, one per program, so that a few thousand rows of 16-64 KB
-    are covered the way an element-wise kernel covers them (many small programs per SM) rather
-    than by one row-sized program per SM whose loads wait for the one before it to finish."""
+    program per group of rows or a persistent, pipelined grid."""
     plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
     if 1024 <= N <= max_onchip:
         sms = utils.num_sms(device)
@@ -180,7 +177,6 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
                       (1, 2048, 8, 0, None), (1, 1024, 4, 0, None), (2, 1024, 8, 0, None), (4, 1024, 8, 0, None),
                       (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
                   if step <= utils.next_pow2(N)]
-        plans += [utils.split_plan(N, chunk) for chunk in (2048, 4096) if 2 * chunk <= N]
     return utils.unique(plans)
 
 
