@@ -10,7 +10,7 @@ autotuner times), in order:
 
 1. correctness: the plan's output against the reference with the case's tolerance (KernelBench
    style: a wrong plan is reported as such and not timed);
-2. time: fusebench's cell timing (measure.timing: L2 flushed with evict_last stores before every
+2. time: fusebench's cell timing (measure.timing: L2 flushed clean before every
    call, host launch cost kept out), median over about 50 ms of calls;
 3. GB/s = the case's minimum bytes / time, and that over the copy rate: `dst.copy_(src)` of the
    same number of bytes timed the same way in the same process ("copy"), and over the copy of
@@ -40,8 +40,7 @@ import torch
 from fusebench.cases import get_case
 from fusebench.kernels import norms, softmax, utils
 from fusebench.measure.accuracy import compare
-from fusebench.measure.l2flush import zero_evict_last
-from fusebench.measure.timing import _flush_buffer
+from fusebench.measure.timing import _flush_buffer, _flush_l2
 from fusebench.metrics.ncu import find_ncu, ncu_command, ncu_failure, parse_ncu_csv
 
 # case -> (wrapper with a `plan` argument, the wrapper's candidate list)
@@ -139,13 +138,13 @@ def ncu_child(case_name: str, shape, modes, indices: list[int]) -> None:
     impl = CASES[case_name][0]
     plans = plans_for(case_name, shape, modes)
     args = case.make_inputs(shape, torch.float32, "cuda", 0)
-    flush = _flush_buffer("cuda")  # the cells' flush buffer: twice the L2
+    flush = _flush_buffer("cuda")  # the cells' flush buffers
     for i in indices:
         impl(*args, plan=plans[i])
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(NVTX_RANGE)
     for i in indices:
-        zero_evict_last(flush)
+        _flush_l2(flush, "clean")  # the cells' flush: evict_last stores, then a read sweep
         impl(*args, plan=plans[i])
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
@@ -168,7 +167,7 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
                               text=True, timeout=600)
         text = open(log_file).read() if os.path.exists(log_file) else ""
     kernels = [(k["name"], k) for k in parse_ncu_csv(text)["kernels"]]
-    # Each plan launches one kernel (two for split) after our flush kernel, in order.
+    # Each plan launches one kernel (two for split) after our two flush kernels, in order.
     nbytes = get_case(case_name).min_bytes(shape, torch.float32)
     in_bytes = out_bytes = nbytes / 2
     if case_name == "softmax_backward":
@@ -178,6 +177,8 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
         if "zero_evict_last" in name:
             cur = []
             groups.append(cur)
+        elif "read_evict_last" in name:
+            continue
         elif cur is not None:
             cur.append((name, vals))
     if len(groups) != len(ok):

@@ -124,6 +124,8 @@ def run(
     metrics: str = typer.Option("default", help="Metric families beyond time and accuracy: default | all | none | "
                                                 "kernels,graph,memory,flops,roofline,compile,ncu"),
     ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters (DRAM bytes, instructions)."),
+    flush: str = typer.Option("clean", help="L2 flush before each timed call: clean | evict_last | zero "
+                                            "(evict_last: as sessions 6-9 stored; zero: as do_bench)."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -135,9 +137,14 @@ def run(
     from fusebench.metrics import parse_metrics
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
-    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick"):
+    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick" or flush != "clean"):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
-             "--device or --plugin with it")
+             "--device, --plugin or --flush with it")
+    from fusebench.measure.timing import FLUSH_MODES, TimingSettings
+
+    if flush not in FLUSH_MODES:
+        fail(f"unknown --flush {flush!r}: {', '.join(FLUSH_MODES)}")
+    timing = None if resume is not None else TimingSettings(flush_mode=flush)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"),
                         TimeRemainingColumn(), console=err, transient=False)
@@ -161,7 +168,7 @@ def run(
         with progress:
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
-                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names)
+                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing)
     except KeyboardInterrupt:
         err.print("interrupted: finished cells are stored; complete the run with "
                   "`fusebench run --resume RUN_ID`", highlight=False)

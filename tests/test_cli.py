@@ -36,6 +36,8 @@ def stored_run(db):
     (["run", "softmax", "--metrics", "kernls"], "unknown metric 'kernls'"),
     (["run", "softmax", "--plugin", "/nonexistent/cases.py"], "plugin file not found"),
     (["run", "softmax", "--gpus", "x,y"], "malformed --gpus"),
+    (["run", "softmax", "--flush", "wipe"], "unknown --flush 'wipe'"),
+    (["run", "--resume", "1", "--flush", "zero"], "--resume takes the selection"),
     (["results", "--run", "99"], "no run 99"),
     (["results", "--format", "xml"], "unknown format"),
 ])
@@ -46,6 +48,15 @@ def test_bad_input_exits_2_with_one_line(stored_run, args, message):
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert lines[-1].startswith("fusebench: error: ") and message in lines[-1], r.output
     assert sqlite3.connect(stored_run).execute("SELECT COUNT(*) FROM cells").fetchone()[0] == before
+
+
+def test_run_records_the_flush_it_was_asked_for(stored_run):
+    r = invoke("run", "softmax", "--shapes", "16x32", "--impl", "eager", "--db", stored_run, "--no-isolate",
+               "--metrics", "none", "--flush", "evict_last")
+    assert r.exit_code == 0, r.output
+    timings = [json.loads(t)["flush_mode"] for (t,) in sqlite3.connect(stored_run).execute(
+        "SELECT timing FROM runs ORDER BY id")]
+    assert timings == ["clean", "evict_last"]
 
 
 def test_gpus_beyond_the_visible_ones_exit_2(stored_run, monkeypatch):

@@ -407,3 +407,16 @@ def test_l2_flush_kernel_zeroes_the_whole_buffer():
     buf = torch.arange(1, 20_002, dtype=torch.int32, device=DEVICE)
     zero_evict_last(buf)
     assert int(buf.abs().sum()) == 0
+
+
+def test_l2_flush_modes():
+    # "clean" zeroes the first half and only reads the second (the read sweep writes nothing back)
+    from fusebench.measure.timing import _flush_l2
+
+    buf = torch.arange(1, 40_003, dtype=torch.int32, device=DEVICE)[:40_002]
+    written, swept = buf.chunk(2)
+    before = swept.clone()
+    _flush_l2(buf, "clean")
+    assert int(written.abs().sum()) == 0 and torch.equal(swept, before)
+    with pytest.raises(ValueError, match="unknown L2 flush mode 'wipe'"):
+        _flush_l2(buf, "wipe")

@@ -282,7 +282,8 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted():
 
 
 def test_timing_settings_record_the_flush():
-    # Runs store their timing settings; the flush mode tells evict_last flushes (session 6 on)
-    # from the plain zeroing of earlier runs, which left evict_last lines in L2.
-    assert TimingSettings().as_dict()["flush_mode"] == "evict_last"
+    # Runs store their timing settings; the flush mode tells clean flushes (session 10 on) from
+    # evict_last ones (sessions 6-9: dirty lines left for the timed call to write back) and from
+    # the plain zeroing of earlier runs, which left evict_last lines in L2.
+    assert TimingSettings().as_dict()["flush_mode"] == "clean"
     assert TimingSettings(flush_mode="zero").as_dict()["flush_mode"] == "zero"

@@ -1,10 +1,15 @@
-"""The kernel behind the L2 flush before each timed call (see timing._flush_l2).
+"""The kernels behind the L2 flush before each timed call (see timing._flush_l2).
 
 Zeroing a buffer twice the L2's size with ordinary stores leaves lines that an earlier call loaded
 `evict_last` in L2: L2 evicts lower-priority lines first.  These stores carry evict_last themselves
 (Triton's L2 cache policy, fraction 1.0), so they are the newest lines of that class and push the
-older ones out.  Imported only when a GPU call is timed, so that importing fusebench on the CPU
-does not compile anything.
+older ones out.
+
+Those stores leave L2 full of dirty lines, and whoever evicts them writes them back to DRAM: the
+timed call, unless the flush does it first.  The read sweep loads a second buffer twice the L2's
+size, evict_last too, so that its clean lines replace the dirty ones and the write-back happens
+before the timed call (session 10: 3-5 us of a 65-70 us call at 128 MiB on an H200).  Imported only
+when a GPU call is timed, so that importing fusebench on the CPU does not compile anything.
 """
 import torch
 import triton
@@ -18,7 +23,24 @@ def _zero_evict_last_kernel(ptr, n, BLOCK: tl.constexpr):
     tl.store(ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n, eviction_policy="evict_last")
 
 
+@triton.jit
+def _read_evict_last_kernel(ptr, sink_ptr, n, BLOCK: tl.constexpr):
+    # Program pid loads words [pid * BLOCK, (pid + 1) * BLOCK) evict_last.  The store depends on the
+    # data, so the compiler keeps the loads; it never happens (the sweep buffer holds no such sum).
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.sum(tl.load(ptr + offs, mask=offs < n, other=0, eviction_policy="evict_last"), 0)
+    if total == -123456789:
+        tl.store(sink_ptr, total)
+
+
 def zero_evict_last(buf: torch.Tensor) -> None:
     """Zero the int32 tensor `buf` with stores that carry L2's evict_last priority."""
     n = buf.numel()
     _zero_evict_last_kernel[(triton.cdiv(n, 8192),)](buf, n, BLOCK=8192, num_warps=8)
+
+
+def read_evict_last(buf: torch.Tensor) -> None:
+    """Read the int32 tensor `buf` (its last element is left free as the never-written sink) with
+    loads that carry L2's evict_last priority."""
+    n = buf.numel() - 1
+    _read_evict_last_kernel[(triton.cdiv(n, 8192),)](buf, buf[n:], n, BLOCK=8192, num_warps=8)

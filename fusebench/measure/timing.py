@@ -8,10 +8,14 @@
   Python caller pays, Dynamo guards and wrappers included.
 - On the CPU both are host timings (each call is synchronous there).
 
-The flush writes a buffer twice the L2's size with `evict_last` stores (see _flush_l2).  Zeroing
-it with ordinary stores, as triton.testing.do_bench does, leaves lines that an earlier call loaded
+The flush (mode "clean", see _flush_l2) writes a buffer twice the L2's size with `evict_last`
+stores, then reads another buffer of that size with `evict_last` loads.  Zeroing it with ordinary
+stores, as triton.testing.do_bench does ("zero"), leaves lines that an earlier call loaded
 `evict_last` in L2 -- Inductor loads most inputs so -- and the next call finds them there: on an
 H200 that made Inductor's small kernels ~1.2 us faster than ours with the same traffic (session 6).
+The stores alone ("evict_last", sessions 6-9) leave L2 full of dirty lines that the timed call
+then writes back: on an H200, 3-5 us of a 65-70 us call at 128 MiB (session 10); the read sweep
+writes them back before the start event.
 
 Only the call is inside the timed region: no allocation, synchronisation or cache emptying
 (the plan's first round lost 87% of its time to those).
@@ -33,9 +37,10 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     flush_l2: bool = True
-    # How: "evict_last" (stores that also push out earlier evict_last lines, the default) or "zero"
-    # (ordinary stores, as do_bench and fusebench before session 6; runs store which).
-    flush_mode: str = "evict_last"
+    # How: "clean" (evict_last stores, then an evict_last read sweep that leaves L2 clean: the
+    # default), "evict_last" (the stores alone, sessions 6-9) or "zero" (ordinary stores, as do_bench
+    # and fusebench before session 6); runs store which.
+    flush_mode: str = "clean"
     # Spin the GPU before each start event so host launch cost stays out of `time` (see
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
     host_cover: bool = True
@@ -64,31 +69,38 @@ def _reps(per_call_ms: float, st: TimingSettings) -> int:
     return int(min(st.max_reps, max(st.min_reps, st.rep_ms / max(per_call_ms, 1e-6))))
 
 
+FLUSH_MODES = ("clean", "evict_last", "zero")
 _FLUSH: dict[str, torch.Tensor] = {}
 
 
 def _flush_buffer(device: str) -> torch.Tensor:
-    """A buffer twice the L2 size; writing it evicts whatever the previous call left in L2."""
+    """Two buffers of twice the L2 size each, as one tensor: the first half is written to evict
+    whatever the previous call left in L2, the second read to write the first back ("clean")."""
     if device not in _FLUSH:
         props = torch.cuda.get_device_properties(device)
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
-        _FLUSH[device] = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
+        _FLUSH[device] = torch.zeros(2 * (2 * l2 // 4), dtype=torch.int32, device=device)
     return _FLUSH[device]
 
 
 def _flush_l2(buf: torch.Tensor, mode: str) -> None:
-    """Write `buf` (twice the L2) so that nothing the timed call may read is left in L2.
+    """Flush L2 with `buf` (_flush_buffer) so that nothing the timed call may read is left there.
 
     L2 evicts lower-priority lines first: lines loaded `evict_last` outlive a buffer written with
-    ordinary stores however large; mode "evict_last" writes with such stores itself (l2flush.py)."""
+    ordinary stores however large; mode "evict_last" writes with such stores itself (l2flush.py).
+    Mode "clean" then reads the other half with evict_last loads: their clean lines replace the
+    dirty ones, whose write-back to DRAM would otherwise fall inside the timed call."""
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"unknown L2 flush mode {mode!r}: {', '.join(FLUSH_MODES)}")
+    written, swept = buf.chunk(2)
     if mode == "zero":
-        buf.zero_()
+        written.zero_()
         return
-    if mode != "evict_last":
-        raise ValueError(f"unknown L2 flush mode {mode!r}: evict_last or zero")
-    from fusebench.measure.l2flush import zero_evict_last
+    from fusebench.measure.l2flush import read_evict_last, zero_evict_last
 
-    zero_evict_last(buf)
+    zero_evict_last(written)
+    if mode == "clean":
+        read_evict_last(swept)
 
 
 def time_call(fn: Callable[[], object], device: str, st: TimingSettings) -> TimeStats:
