@@ -273,17 +273,18 @@ def _unpaired_note(rows, impls, pairs, chosen) -> str:
 def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) -> dict:
     """Heatmaps and numbers of the speedup of impl over base (time(base) / time(impl))."""
     frame = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "time_us", base, None)
-    legend = (CEILING_LEGENDS[base].format(impl=impl) if base in CEILING_LEGENDS
-              else f"speedup = time({base}) / time({impl})\n> 1: {impl} faster")
+    if base in CEILING_LEGENDS:  # a ceiling timed in the same run: the ratio is a fraction of it
+        title = heading = f"{impl} as a fraction of {base}"
+        legend = CEILING_LEGENDS[base].format(impl=impl)
+        subtitle = f"time({base}) / time({impl}): 1 = at the ceiling timed in the same run"
+    else:
+        title, heading = f"{impl} vs {base}", f"speedup of {impl} over {base}"
+        legend = f"speedup = time({base}) / time({impl})\n> 1: {impl} faster"
+        subtitle = f"{heading} = time({base}) / time({impl}); blue: {impl} faster, red: slower"
     block = {
-        "impl": impl, "base": base,
-        "title": f"{impl} as a fraction of {base}" if base in CEILING_LEGENDS else f"{impl} vs {base}",
-        "subtitle": (f"time({base}) / time({impl}): 1 = at the ceiling timed in the same run" if base in CEILING_LEGENDS
-                     else f"speedup of {impl} over {base} = time({base}) / time({impl}); blue: {impl} faster, red: slower"),
+        "impl": impl, "base": base, "title": title, "subtitle": subtitle,
         "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
-                                 f"{rows['case_name'].iloc[0]} · "
-                                 + (f"{impl} as a fraction of {base}" if base in CEILING_LEGENDS
-                                    else f"speedup of {impl} over {base}"), legend),
+                                 f"{rows['case_name'].iloc[0]} · {heading}", legend),
         "by_dtype": [], "wall_figures": [],
     }
     wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)
