@@ -35,11 +35,11 @@ import sys
 import time
 import traceback
 
+from fusebench.cases import MEMORY_BOUND
+
 T0 = time.time()
 
-CASES = ["pointwise_chain", "softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain",
-         "horizontal_reduction_pointwise", "horizontal_reduction_reduction", "bias_gelu", "bias_dropout_add",
-         "bias_dropout_add_transposed"]
+CASES = MEMORY_BOUND
 ROWWISE = {"softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain",
            "horizontal_reduction_pointwise", "horizontal_reduction_reduction"}
 # Timing order: big tensors and the compiler's weak spots first.

@@ -18,9 +18,8 @@ import sqlite3
 
 import pandas as pd
 
-MEMORY_BOUND = ["pointwise_chain", "bias_gelu", "bias_dropout_add", "bias_dropout_add_transposed", "softmax",
-                "double_softmax", "softmax_backward", "layernorm", "norm_chain", "horizontal_reduction_pointwise",
-                "horizontal_reduction_reduction"]
+from fusebench.cases import MEMORY_BOUND
+
 QUERY = ("SELECT c.case_name, c.shape, c.impl, c.time_us, c.gbps, c.started, c.run_id, r.hostname, r.git_commit "
          "FROM cells c JOIN runs r ON r.id = c.run_id "
          "WHERE c.dtype = 'fp32' AND c.status = 'ok' AND c.impl IN ('triton', 'memcpy') AND c.time_us > 0")
