@@ -224,8 +224,19 @@ def test_transposed_output_is_row_major(plan):
     check("bias_dropout_add_transposed", out, args)
 
 
+@pytest.mark.parametrize("group_m", [2, 3, 8])
+def test_transposed_grouped_order_covers_every_tile(group_m):
+    # 70 rows in 16-row blocks: 5 row blocks, so the last group is ragged for 2 and 3, and one
+    # short group holds them all for 8; each tile must still be written exactly once.
+    args = inputs("bias_dropout_add_transposed", (70, 130), torch.float32, seed=5)
+    out = kpw.bias_dropout_add_transposed_impl(*args, plan=utils.TilePlan(16, 32, 4, group_m=group_m))
+    check("bias_dropout_add_transposed", out, args)
+
+
 def test_transposed_small_tensors_get_small_tiles():
-    assert kpw.transposed_plans(8192, 8192, "cpu") == kpw.TRANSPOSED_PLANS
+    big = kpw.transposed_plans(8192, 8192, "cpu")
+    assert big[:len(kpw.TRANSPOSED_PLANS)] == kpw.TRANSPOSED_PLANS
+    assert {p.group_m for p in big} == {1, 8, 32}
     assert set(kpw.TRANSPOSED_SMALL_PLANS) <= set(kpw.transposed_plans(70, 130, "cpu"))
 
 

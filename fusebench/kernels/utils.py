@@ -263,7 +263,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              loop_plan(8192, 16, grid=sms, stages=1)]
     # the same, with the loads in flight across the pass and row boundaries too
     streamed = [stream_plan(device, 16384, 32), stream_plan(device, 8192, 32),
-                stream_plan(device, 8192, 16)] if streams else []
+                stream_plan(device, 8192, 16), stream_plan(device, 8192, 16, per_sm=2)] if streams else []
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
@@ -280,9 +280,13 @@ class TilePlan:
     block_m: int
     block_n: int
     num_warps: int
+    # Launch order: 1, column blocks fastest; g > 1, g row blocks down before the next column block
+    # (kernels that accept it: the transposed one, whose (N, M) operands are contiguous along M).
+    group_m: int = 1
 
     def describe(self) -> str:
-        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps"
+        order = f", {self.group_m} row blocks grouped" if self.group_m > 1 else ""
+        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps{order}"
 
 
 def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024),
