@@ -110,10 +110,12 @@ def single_pass_kernels() -> dict[str, tuple]:
         "horizontal_reduction_reduction 1x4096": (hor._horizontal_tile_kernel, dict(
             rows, BLOCK_N=4096, stride_an=1, WITH_COS=False, WITH_MAX=True, EVICT="evict_first"), 8),
     }
-    for p in pw.TRANSPOSED_PLANS + pw.TRANSPOSED_SMALL_PLANS:
-        out[f"bias_dropout_add_transposed {p.block_m}x{p.block_n} {p.num_warps}w"] = (
+    for p in pw.TRANSPOSED_PLANS + pw.TRANSPOSED_SMALL_PLANS + pw.TRANSPOSED_GROUPED_PLANS:
+        group = f" grouped {p.group_m}" if p.group_m > 1 else ""
+        out[f"bias_dropout_add_transposed {p.block_m}x{p.block_n} {p.num_warps}w{group}"] = (
             pw._bias_dropout_add_transposed_kernel,
-            dict(ALIGN_N=4, ALIGN_M=4, BLOCK_M=p.block_m, BLOCK_N=p.block_n, stride_xn=1, stride_bt1=1, stride_rt1=1),
+            dict(ALIGN_N=4, ALIGN_M=4, BLOCK_M=p.block_m, BLOCK_N=p.block_n, GROUP_M=p.group_m, stride_xn=1,
+                 stride_bt1=1, stride_rt1=1),
             p.num_warps)
     return out
 
