@@ -17,14 +17,15 @@ GELU: 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)), so the output is x
 This needs only exp (the interpreter cannot call libdevice's tanh) and saturates correctly for
 large |u| (exp(+big) = inf gives 0, exp(-big) = 0 gives x).
 
-Transposed layout: the output is what eager PyTorch and Inductor return, a column-major (M, N)
-(TensorIterator follows the layout of the transposed operands): its storage is (N, M) like
-`bias_t` and `residual_t`.  A program loads its (M, N) tile of `inp` row-wise and the matching
-tiles of `bias_t` and `residual_t` in their own (N, M) orientation, so that all three loads are
-coalesced; it transposes `inp`'s tile once on chip, adds, and stores in the (N, M) orientation.
-(Until session 11 the output was row-major, the sum of bias and residual transposed instead: two
-operands read across their rows where eager and Inductor read one, and 4-7% slower than Inductor at
-32768x8192 and 65536x4096 on an H200.)
+Transposed layout: the output is (M, N) row-major, like `inp`, which is what the next layer of a
+model reads.  (Eager PyTorch returns a column-major (M, N) here: TensorIterator follows the
+layout of the transposed operands.)  A program loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t`
+and `residual_t` in their own (N, M) orientation, so that all three loads are coalesced; it adds
+bias and residual in that orientation, transposes the sum once on chip, adds `inp` and stores.
+Returning eager's layout instead (storing in the (N, M) orientation, `inp` transposed on chip: the
+access pattern of Inductor's kernel) measured no faster on an H200 (session 11: 0.96-1.04x this
+kernel at 2^28 elements, 2.09 against 1.93 ms at 65536x8192) and 3-10% slower than Inductor's own
+kernel with that pattern; what Inductor does differently there is not known (see the README).
 """
 from __future__ import annotations
 
@@ -133,37 +134,36 @@ def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stri
 
 
 @triton.jit
-def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, yt_ptr, M, N, stride_xm, stride_xn,
-                                        stride_bt0, stride_bt1, stride_rt0, stride_rt1, stride_yt0,
+def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stride_xm, stride_xn,
+                                        stride_bt0, stride_bt1, stride_rt0, stride_rt1, stride_ym,
                                         ALIGN_N: tl.constexpr, ALIGN_M: tl.constexpr,
                                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    # ALIGN_N divides N and inp's row stride, ALIGN_M divides M and the row strides of the (N, M)
-    # operands and of the output's (N, M) storage: 16-byte vectors in both orientations.
+    # ALIGN_N divides N and the (M, N) operands' row strides, ALIGN_M divides M and the (N, M)
+    # operands' row strides: 16-byte vectors in both orientations.
     N = N // ALIGN_N * ALIGN_N
     stride_xm = stride_xm // ALIGN_N * ALIGN_N
+    stride_ym = stride_ym // ALIGN_N * ALIGN_N
     M = M // ALIGN_M * ALIGN_M
     stride_bt0 = stride_bt0 // ALIGN_M * ALIGN_M
     stride_rt0 = stride_rt0 // ALIGN_M * ALIGN_M
-    stride_yt0 = stride_yt0 // ALIGN_M * ALIGN_M
     row0, col0, r, c, mask = _grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    # bias_t / residual_t / output tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is
-    # operand[i, j], stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
+    # bias_t / residual_t tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is operand[i, j],
+    # stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
     mask_t = (c < N - col0)[:, None] & (r < M - row0)[None, :]
     bt = tl.load(bt_ptr + col0 * stride_bt0 + row0 * stride_bt1 + c[:, None] * stride_bt0 + r[None, :] * stride_bt1,
                  mask=mask_t, other=0.0).to(tl.float32)
     rt = tl.load(rt_ptr + col0 * stride_rt0 + row0 * stride_rt1 + c[:, None] * stride_rt0 + r[None, :] * stride_rt1,
                  mask=mask_t, other=0.0).to(tl.float32)
     # inp tile (BLOCK_M, BLOCK_N), contiguous along N, loaded last: loaded first, the compiler
-    # moved inp into the others' layout through shared memory before it issued their loads (two
-    # DRAM round trips one after the other; seen in the sm_90 SASS, session 6).  In this order the
-    # three loads are in flight together.
+    # moved inp itself into the others' layout through shared memory before it issued their loads
+    # (two DRAM round trips one after the other, and a second on-chip transpose for the store; seen
+    # in the sm_90 SASS).  In this order the three loads are in flight together.
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
-    # One on-chip transpose (through shared memory) of inp's tile; add and store in the (N, M)
-    # orientation, along M.
-    y = tl.trans(x) + (bt + rt)
-    tl.store(yt_ptr + col0 * stride_yt0 + row0 + c[:, None] * stride_yt0 + r[None, :],
-             y.to(yt_ptr.dtype.element_ty), mask=mask_t)
+    # Add in the transposed orientation, then one on-chip transpose (through shared memory).
+    y = x + tl.trans(bt + rt)
+    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
+             y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,9 +266,10 @@ TRANSPOSED_SMALL_PLANS = [utils.TilePlan(32, 32, 4), utils.TilePlan(32, 64, 4), 
 
 # Large tensors: the 64x64 tiles also in grouped order (TilePlan.group_m).  Column blocks fastest,
 # the programs running at once read the (N, M) operands in 256-byte pieces one row stride (4M
-# bytes) apart; at 32768x8192 and 65536x4096 (strides of 128 and 256 KiB) every tile plan was 4-8%
-# slower than at 16384x16384 and below 0.95x Inductor (session 10, H200), whose kernel reads only
-# one operand across its rows.  Grouped, neighbouring programs also read neighbouring pieces.
+# bytes) apart; grouped, neighbouring programs also read neighbouring pieces.  Tried for the two
+# shapes where every plan was 4-8% slower than at 16384x16384 (32768x8192, 65536x4096: strides of
+# 128 and 256 KiB) and below 0.95x Inductor: no help there (session 11, H200), 1-2% faster at
+# 8192x8192 and 16384x16384.
 TRANSPOSED_GROUPED_PLANS = [replace(p, group_m=g) for g in (8, 32) for p in TRANSPOSED_PLANS[::2]]
 
 
@@ -280,21 +281,19 @@ def transposed_plans(M: int, N: int, device) -> list[utils.TilePlan]:
 
 def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
                                      plan: utils.TilePlan | None = None):
-    """residual_t.T + (inp + bias_t.T) as a column-major (M, N) tensor, eager's layout (see the
-    module docstring)."""
+    """residual_t.T + (inp + bias_t.T) as a row-major (M, N) tensor (see the module docstring)."""
     inp, bias_t, residual_t = (utils.as_2d_strided(t) for t in (inp, bias_t, residual_t))
     M, N = inp.shape
     if bias_t.shape != (N, M) or residual_t.shape != (N, M):
         raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
-    yt = torch.empty((N, M), dtype=torch.result_type(residual_t, inp), device=inp.device)
-    y = yt.t()  # (M, N), column-major, as eager returns it
+    y = torch.empty((M, N), dtype=torch.result_type(residual_t, inp), device=inp.device)
     if y.numel() == 0:
         return y
 
     def launch(p):
         _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
-            inp, bias_t, residual_t, yt, M, N, *inp.stride(), *bias_t.stride(), *residual_t.stride(), M,
-            ALIGN_N=_align(N, inp), ALIGN_M=_align(M, bias_t, residual_t),
+            inp, bias_t, residual_t, y, M, N, *inp.stride(), *bias_t.stride(), *residual_t.stride(), N,
+            ALIGN_N=_align(N, inp, y), ALIGN_M=_align(M, bias_t, residual_t),
             BLOCK_M=p.block_m, BLOCK_N=p.block_n, GROUP_M=p.group_m, num_warps=p.num_warps)
 
     if plan is None:
@@ -324,6 +323,6 @@ def bias_dropout_add(inp, bias, residual):
 
 
 @triton_kernel("bias_dropout_add_transposed", interpretable=True,
-               describe=lambda shape, dtype: "transpose-aware tiles, column-major output as eager")
+               describe=lambda shape, dtype: "transpose-aware tiles, row-major output")
 def bias_dropout_add_transposed(inp, bias_t, residual_t):
     return bias_dropout_add_transposed_impl(inp, bias_t, residual_t)
