@@ -10,12 +10,18 @@ the 4,246 GB/s that `fusebench ceilings` measured on an H200), and, where the sa
 the `memcpy` ceiling at that shape, as a fraction of that same-size copy (memcpy's time over
 triton's: same run, same flush, same GPU).  Prints per case how many shapes reach --target of the
 ceiling and lists the others (--all: every shape).
+
+--versus: the issue's second target instead, over every shape (any size) where one run of a store
+timed eager, inductor and triton fp32: per case the geometric means of triton over Inductor, of
+triton over eager and of Inductor over eager, and the shapes where triton is below 0.95x Inductor,
+as a Markdown table.
 """
 from __future__ import annotations
 
 import argparse
 import sqlite3
 
+import numpy as np
 import pandas as pd
 
 from fusebench.cases import MEMORY_BOUND
@@ -25,12 +31,12 @@ QUERY = ("SELECT c.case_name, c.shape, c.impl, c.time_us, c.gbps, c.started, c.r
          "WHERE c.dtype = 'fp32' AND c.status = 'ok' AND c.impl IN ('triton', 'memcpy') AND c.time_us > 0")
 
 
-def load(paths: list[str]) -> pd.DataFrame:
+def load(paths: list[str], query: str = QUERY) -> pd.DataFrame:
     frames = []
     for path in paths:
         con = sqlite3.connect(path)  # read only by use: SELECTs alone (read-only mode leaves -wal/-shm files behind)
         try:
-            frame = pd.read_sql_query(QUERY, con)
+            frame = pd.read_sql_query(query, con)
         finally:
             con.close()
         frames.append(frame.assign(store=path.rsplit("/", 1)[-1]))
@@ -52,6 +58,26 @@ def standing(cells: pd.DataFrame, ceiling: float, min_mib: float) -> pd.DataFram
     return out
 
 
+def versus(cells: pd.DataFrame, worst: int = 4) -> str:
+    """The Markdown table of --versus (cells: load(..., QUERY with every implementation))."""
+    times = cells.pivot_table(index=["store", "run_id", "case_name", "shape"], columns="impl", values="time_us",
+                              aggfunc="last").dropna(subset=["eager", "inductor", "triton"]).reset_index()
+    lines = ["| case (shapes) | Inductor vs eager | triton vs Inductor | triton vs eager | below 0.95x Inductor |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for case in MEMORY_BOUND:
+        t = times[times.case_name == case]
+        if t.empty:
+            continue
+        gm = lambda a, b: float(np.exp(np.log(t[a] / t[b]).mean()))  # noqa: E731 - time(a) / time(b)
+        vs = (t.inductor / t.triton).round(3)
+        slow = t.assign(vs=vs)[vs < 0.95].sort_values("vs")
+        listed = ", ".join(f"{r.shape} {r.vs:.2f}" for r in slow.head(worst).itertuples())
+        below = f"{len(slow)}: {listed}{', ...' if len(slow) > worst else ''}" if len(slow) else "0"
+        lines.append(f"| `{case}` ({len(t)}) | {gm('eager', 'inductor'):.2f}x | {gm('inductor', 'triton'):.2f}x | "
+                     f"{gm('eager', 'triton'):.2f}x | {below} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stores", nargs="+")
@@ -59,7 +85,11 @@ def main() -> None:
     ap.add_argument("--min-input-mib", type=float, default=64.0)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--all", action="store_true", help="list every shape, not only those below the target")
+    ap.add_argument("--versus", action="store_true", help="the geometric means against Inductor and eager instead")
     a = ap.parse_args()
+    if a.versus:
+        print(versus(load(a.stores, QUERY.replace("c.impl IN ('triton', 'memcpy')", "1"))))
+        return
     table = standing(load(a.stores), a.ceiling, a.min_input_mib)
     for case in MEMORY_BOUND:
         rows = table[table.case_name == case].sort_values("of_ceiling")
