@@ -231,11 +231,10 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
     cooperative rows; rows up to twice `max_onchip` also try one 32-warp program per row (the
-    whole row in registers, 32 fp32 values per thread at 32768 columns), and one 32-warp program
-    per row whose two passes are one step each, the second re-reading the row from L2 instead of
-    holding it in registers: Inductor's kept config for softmax_backward at 1024x32768 and
-    2048x32768 (two inputs: 64 values per thread to hold), 5% faster there than our tiles (H200,
-    session 11).  `coop_prefetch`: the
+    whole row in registers, 32 fp32 values per thread at 32768 columns).  (Inductor's kept config
+    for softmax_backward at 1024x32768, a 32-warp program per row whose passes are one 32768-column
+    step each, 98.8 us on an H200, took 190 us as our looped plan -- session 11, not a candidate;
+    launching our looped and streamed kernels with num_stages=1, as Inductor does, changed nothing.)  `coop_prefetch`: the
     kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
     every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
@@ -272,8 +271,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in ((False, True) if coop_prefetch else (False,))
              for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
-    wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16),
-            loop_plan(next_pow2(N), 32)] if N <= 2 * max_onchip else []
+    wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
 
