@@ -231,14 +231,17 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
     cooperative rows; rows up to twice `max_onchip` also try one 32-warp program per row (the
-    whole row in registers, 32 fp32 values per thread at 32768 columns).  (Inductor's kept config
-    for softmax_backward at 1024x32768, a 32-warp program per row whose passes are one 32768-column
-    step each, 98.8 us on an H200, took 190 us as our looped plan -- session 11, not a candidate;
-    launching our looped and streamed kernels with num_stages=1, as Inductor does, changed nothing.)  `coop_prefetch`: the
+    whole row in registers, 32 fp32 values per thread at 32768 columns).  `coop_prefetch`: the
     kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
     every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
-    the kernel has a "stream" mode; add those plans."""
+    the kernel has a "stream" mode; add those plans (one persistent program per SM, and two at
+    8192-column steps: 0-2% faster at some long rows, session 11).
+
+    Not candidates (H200, session 11): Inductor's kept config for softmax_backward at 1024x32768,
+    one 32-warp program per row whose passes are one 32768-column step each (98.8 us), took 190 us
+    as our looped plan; launching our looped and streamed kernels with num_stages=1, as Inductor
+    does, changed nothing."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
