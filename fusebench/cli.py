@@ -126,6 +126,9 @@ def run(
     ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters (DRAM bytes, instructions)."),
     flush: str = typer.Option("clean", help="L2 flush before each timed call: clean | evict_last | zero "
                                             "(evict_last: as sessions 6-9 stored; zero: as do_bench)."),
+    warm_call: bool = typer.Option(True, help="After each flush, run the call once on a second input set "
+                                              "(calls up to 1 GiB of traffic; --no-warm-call: as runs "
+                                              "before session 12)."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -137,14 +140,16 @@ def run(
     from fusebench.metrics import parse_metrics
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
-    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick" or flush != "clean"):
+    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick" or flush != "clean"
+                               or not warm_call):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
-             "--device, --plugin or --flush with it")
+             "--device, --plugin, --flush or --no-warm-call with it")
     from fusebench.measure.timing import FLUSH_MODES, TimingSettings
 
     if flush not in FLUSH_MODES:
         fail(f"unknown --flush {flush!r}: {', '.join(FLUSH_MODES)}")
-    timing = None if resume is not None else TimingSettings(flush_mode=flush)
+    timing = None if resume is not None else TimingSettings(
+        flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"),
                         TimeRemainingColumn(), console=err, transient=False)

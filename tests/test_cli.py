@@ -38,6 +38,7 @@ def stored_run(db):
     (["run", "softmax", "--gpus", "x,y"], "malformed --gpus"),
     (["run", "softmax", "--flush", "wipe"], "unknown --flush 'wipe'"),
     (["run", "--resume", "1", "--flush", "zero"], "--resume takes the selection"),
+    (["run", "--resume", "1", "--no-warm-call"], "--resume takes the selection"),
     (["results", "--run", "99"], "no run 99"),
     (["results", "--format", "xml"], "unknown format"),
 ])
@@ -57,6 +58,14 @@ def test_run_records_the_flush_it_was_asked_for(stored_run):
     timings = [json.loads(t)["flush_mode"] for (t,) in sqlite3.connect(stored_run).execute(
         "SELECT timing FROM runs ORDER BY id")]
     assert timings == ["clean", "evict_last"]
+
+
+def test_run_records_no_warm_call_when_asked(stored_run):
+    r = invoke("run", "softmax", "--shapes", "16x32", "--impl", "eager", "--db", stored_run, "--no-isolate",
+               "--metrics", "none", "--no-warm-call")
+    assert r.exit_code == 0, r.output
+    (timing,) = sqlite3.connect(stored_run).execute("SELECT timing FROM runs ORDER BY id DESC").fetchone()
+    assert json.loads(timing)["warm_call_max_bytes"] == 0
 
 
 def test_gpus_beyond_the_visible_ones_exit_2(stored_run, monkeypatch):

@@ -432,3 +432,63 @@ def test_l2_flush_modes():
     assert int(written.abs().sum()) == 0 and torch.equal(swept, before)
     with pytest.raises(ValueError, match="unknown L2 flush mode 'wipe'"):
         _flush_l2(buf, "wipe")
+
+
+def test_shadow_operands_copy_layout_alignment_and_values():
+    # the autotuner's warm call launches on these: same shapes, strides and 16-byte alignment (so the
+    # JIT picks the same binary), the inputs' values, in new memory; None passes through
+    base = torch.randn(40, 70, device=DEVICE)
+    view = base[3:, 1:65]  # a row stride of 70 and an offset of 211 elements: not 16-byte aligned
+    out = torch.empty(8, 5, device=DEVICE).t()
+    copies = utils.shadow_operands([view, None, out])
+    assert copies[1] is None
+    for t, c in ((view, copies[0]), (out, copies[2])):
+        assert c.shape == t.shape and c.stride() == t.stride() and c.dtype == t.dtype
+        assert c.data_ptr() % 16 == t.data_ptr() % 16 and c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert torch.equal(copies[0], view)
+    assert utils.shadow_operands([view], max_bytes=view.numel() * 4 - 1) is None
+
+
+@gpu
+def test_gpu_warm_call_runs_after_each_flush_and_only_with_one():
+    from fusebench.measure.timing import TimingSettings, time_call
+
+    x = torch.randn(1 << 16, device="cuda")
+    calls = []
+    settings = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=5, max_reps=20)
+    stats = time_call(lambda: x.add(1), "cuda", settings, warm=lambda: calls.append(x.add(2)))
+    assert len(calls) >= stats.reps + 1
+    calls.clear()
+    time_call(lambda: x.add(1), "cuda", TimingSettings(warmup_ms=1, rep_ms=2, min_reps=5, max_reps=20, flush_l2=False),
+              warm=lambda: calls.append(1))
+    assert calls == []
+
+
+@gpu
+def test_gpu_autotune_times_candidates_with_the_warm_launch(monkeypatch):
+    # each candidate's timing passes a warm call that launches it on copies of the operands
+    seen = []
+    real = utils.gpu_time_ms
+
+    def spy(fn, device, budget_ms=5.0, warm=None):
+        seen.append(warm)
+        return real(fn, device, budget_ms, warm=warm)
+
+    monkeypatch.setattr(utils, "gpu_time_ms", spy)
+    x = torch.randn(3, 1000, device="cuda") + 17  # a shape no other test tunes
+    y = kpw.pointwise_chain_impl(x)
+    assert seen and all(w is not None for w in seen)
+    torch.testing.assert_close(y, get_case("pointwise_chain").fn(x))
+
+
+@pytest.mark.parametrize("plan,kind", [(utils.TilePlan(4, 64, 4), "both"), (utils.TilePlan(4, 256, 4), "rows"),
+                                       (utils.TilePlan(64, 64, 4), "cols")])
+def test_element_wise_tiles_on_each_grid_kind(plan, kind):
+    # _tile's three index paths (2-D grid, programs along rows only, along columns only) on a view
+    # with a row stride of 300 and a ragged last tile each way
+    x = torch.randn(37, 300, device=DEVICE)[:, :250]
+    b, r = torch.randn(37, 250, device=DEVICE), torch.randn(250, 37, device=DEVICE).t()
+    assert kpw._grid_kind(*x.shape, plan) == kind
+    torch.testing.assert_close(kpw.pointwise_chain_impl(x, plan=plan), get_case("pointwise_chain").fn(x))
+    torch.testing.assert_close(kpw.bias_dropout_add_impl(x, b, r, plan=plan),
+                               get_case("bias_dropout_add").fn(x, b, r))

@@ -287,3 +287,56 @@ def test_timing_settings_record_the_flush():
     # the plain zeroing of earlier runs, which left evict_last lines in L2.
     assert TimingSettings().as_dict()["flush_mode"] == "clean"
     assert TimingSettings(flush_mode="zero").as_dict()["flush_mode"] == "zero"
+
+
+def test_timing_settings_record_the_warm_call():
+    # Runs from session 12 on run the call on a second input set after each flush; runs stored
+    # before that resume without it (api._resume_plan), and --no-warm-call stores 0.
+    assert TimingSettings().as_dict()["warm_call_max_bytes"] == 1 << 30
+
+
+class _FakeCase:
+    def __init__(self):
+        self.seeds = []
+
+    def make_inputs(self, shape, dtype, device, seed):
+        self.seeds.append(seed)
+        return (torch.full(shape, float(seed)),)
+
+
+def test_warm_call_runs_the_call_on_a_second_input_set():
+    from fusebench.impls.base import Prepared
+    from fusebench.runner.cell import SEEDS, WARM_CALL_SEED, _warm_call
+
+    case, seen = _FakeCase(), []
+    prepared = Prepared(fn=lambda x: seen.append(float(x[0, 0])))
+    args = case.make_inputs((4, 8), torch.float32, "cuda", 0)
+    warm = _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0", TimingSettings(), 256)
+    warm()
+    assert seen == [WARM_CALL_SEED] and WARM_CALL_SEED not in SEEDS
+    # none on the CPU, without a flush, when turned off, or above the traffic limit
+    for device, settings, traffic in (("cpu", TimingSettings(), 256), ("cuda:0", TimingSettings(flush_l2=False), 256),
+                                      ("cuda:0", TimingSettings(warm_call_max_bytes=0), 256),
+                                      ("cuda:0", TimingSettings(), (1 << 30) + 1)):
+        assert _warm_call(case, prepared, args, (4, 8), torch.float32, device, settings, traffic) is None
+    # without a minimum-bytes model, the inputs' size decides
+    small = TimingSettings(warm_call_max_bytes=4 * 8 * 4)
+    assert _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0", small, None) is not None
+    assert _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0",
+                      TimingSettings(warm_call_max_bytes=4 * 8 * 4 - 1), None) is None
+
+
+def test_resuming_a_run_stored_before_the_warm_call_keeps_its_timing(db):
+    # A run whose stored timing has no warm_call_max_bytes resumes with none (0), as it was timed.
+    import json
+
+    from fusebench.api import _resume_plan
+    from fusebench.store import Store
+
+    fusebench.run(["softmax"], impls=["eager"], shapes="16x32", db=db, timing=FAST, device="cpu")
+    store = Store.open(db)
+    old = {k: v for k, v in FAST.as_dict().items() if k != "warm_call_max_bytes"}
+    with store.con:
+        store.con.execute("UPDATE runs SET timing=? WHERE id=1", (json.dumps(old),))
+    _, timing, _ = _resume_plan(store, 1, None, [])
+    assert timing.warm_call_max_bytes == 0

@@ -192,14 +192,15 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
             raise RuntimeError("amax(): expected a non-empty reduction dimension")
         return out_sum.zero_(), out_cos
     if M > 0:
-        def launch(p):
-            _launch(a, out_sum, out_max, out_cos, p)
+        def launch(p, *operands):
+            _launch(*operands, p)
 
+        operands = (a, out_sum, out_max, out_cos)
         if plan is None:
             plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
                                       elem_size=a.element_size())
-            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device)
-        launch(plan)
+            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device, operands)
+        launch(plan, *operands)
     return out_sum, (out_cos if with_cos else out_max)
 
 

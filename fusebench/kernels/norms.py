@@ -575,12 +575,13 @@ def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, pl
         return y
     plans = functools.partial(layernorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
 
-    def launch(p):
-        _launch_layernorm(x, weight, bias, y, p)
+    def launch(p, *operands):
+        _launch_layernorm(*operands, p)
 
+    operands = (x, weight, bias, y)
     if plan is None:
-        plan = utils.autotune(("layernorm", *utils.key_of(x, weight)), plans, launch, x.device)
-    launch(plan)
+        plan = utils.autotune(("layernorm", *utils.key_of(x, weight)), plans, launch, x.device, operands)
+    launch(plan, *operands)
     return y
 
 
@@ -591,12 +592,12 @@ def norm_chain_impl(x: torch.Tensor, plan: utils.RowPlan | None = None, max_onch
         return y
     plans = functools.partial(norm_chain_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
 
-    def launch(p):
-        _launch_norm_chain(x, y, p)
+    def launch(p, *operands):
+        _launch_norm_chain(*operands, p)
 
     if plan is None:
-        plan = utils.autotune(("norm_chain", *utils.key_of(x)), plans, launch, x.device)
-    launch(plan)
+        plan = utils.autotune(("norm_chain", *utils.key_of(x)), plans, launch, x.device, (x, y))
+    launch(plan, x, y)
     return y
 
 

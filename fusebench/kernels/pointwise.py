@@ -41,13 +41,22 @@ from fusebench.kernels.registry import triton_kernel
 
 
 @triton.jit
-def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr):
     # This program's tile of the (M, N) grid of tiles, column blocks fastest: its first row and
     # column in 64 bits (row0 * stride may pass 2**31), in-tile indices, and the in-bounds mask.
+    # GRID "cols": one block of rows covers M (a flattened tensor), programs step along the columns;
+    # "rows": one block of columns covers N; "both": a 2-D grid, whose integer division by the
+    # number of column blocks (~40 instructions before the first load) the 1-D grids skip.
     pid = tl.program_id(0)
-    n_col_blocks = tl.cdiv(N, BLOCK_N)
-    row0 = (pid // n_col_blocks).to(tl.int64) * BLOCK_M
-    col0 = (pid % n_col_blocks).to(tl.int64) * BLOCK_N
+    if GRID == "cols":
+        row_block, col_block = pid * 0, pid
+    elif GRID == "rows":
+        row_block, col_block = pid, pid * 0
+    else:
+        n_col_blocks = tl.cdiv(N, BLOCK_N)
+        row_block, col_block = pid // n_col_blocks, pid % n_col_blocks
+    row0 = row_block.to(tl.int64) * BLOCK_M
+    col0 = col_block.to(tl.int64) * BLOCK_N
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
     mask = (r < M - row0)[:, None] & (c < N - col0)[None, :]
@@ -78,11 +87,12 @@ def _grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 @triton.jit
 def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
-                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                            ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            GRID: tl.constexpr):
     N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     # tile base (64-bit scalar) + in-tile offsets (32-bit)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
@@ -96,11 +106,11 @@ def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 @triton.jit
 def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b, stride_ym,
-                      ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                      ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
     # The bias slice for this tile's columns, loaded once and broadcast over its rows.
@@ -115,13 +125,14 @@ def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b,
 @triton.jit
 def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_bm, stride_bn,
                              stride_rm, stride_rn, stride_ym,
-                             ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                             ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             GRID: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_bm = stride_bm // ALIGN * ALIGN
     stride_rm = stride_rm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N)
+    row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + row0 * stride_bm + col0 * stride_bn + r[:, None] * stride_bm + c[None, :] * stride_bn,
@@ -177,13 +188,15 @@ def _flat(*ts: torch.Tensor):
     return None
 
 
-def _run(name, inputs, out, launch, plan):
-    """Launch `launch(plan)`; without a plan, the autotuned tile for these operands."""
+def _run(name, operands, launch, plan):
+    """`launch(plan, *operands)` (the inputs, then the output); without a plan, the autotuned tile
+    for these operands."""
+    out = operands[-1]
     if plan is None:
         M, N = out.shape
         plans = functools.partial(utils.tile_2d_plans, M, N, min_programs=utils.num_sms(out.device))
-        plan = utils.autotune((name, *utils.key_of(*inputs, out)), plans, launch, out.device)
-    launch(plan)
+        plan = utils.autotune((name, *utils.key_of(*operands)), plans, launch, out.device, operands)
+    launch(plan, *operands)
 
 
 def _align(n, *ts: torch.Tensor) -> int:
@@ -198,6 +211,12 @@ def _grid(M, N, p: utils.TilePlan):
     return (utils.cdiv(M, p.block_m) * utils.cdiv(N, p.block_n),)
 
 
+def _grid_kind(M, N, p: utils.TilePlan) -> str:
+    """_tile's GRID: "cols" when one block of rows covers M, "rows" when one block of columns
+    covers N, else "both"."""
+    return "cols" if M <= p.block_m else "rows" if N <= p.block_n else "both"
+
+
 def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
     x = utils.as_2d_strided(x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -206,11 +225,12 @@ def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
     xs, ys = _flat(x, y) or (x, y)
     M, N = ys.shape
 
-    def launch(p):
-        _pointwise_chain_kernel[_grid(M, N, p)](xs, ys, M, N, *xs.stride(), ys.stride(0), ALIGN=_align(N, xs, ys),
-                                                BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+    def launch(p, x, y):
+        _pointwise_chain_kernel[_grid(M, N, p)](x, y, M, N, *x.stride(), y.stride(0), ALIGN=_align(N, x, y),
+                                                BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
+                                                num_warps=p.num_warps)
 
-    _run("pointwise_chain", (xs,), ys, launch, plan)
+    _run("pointwise_chain", (xs, ys), launch, plan)
     return y
 
 
@@ -223,11 +243,12 @@ def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: utils.TilePlan |
     if y.numel() == 0:
         return y
 
-    def launch(p):
-        _bias_gelu_kernel[_grid(M, N, p)](inp, bias, y, M, N, *inp.stride(), bias.stride(0), N, ALIGN=_align(N, inp, y),
-                                          BLOCK_M=p.block_m, BLOCK_N=p.block_n, num_warps=p.num_warps)
+    def launch(p, x, b, out):
+        _bias_gelu_kernel[_grid(M, N, p)](x, b, out, M, N, *x.stride(), b.stride(0), N, ALIGN=_align(N, x, out),
+                                          BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
+                                          num_warps=p.num_warps)
 
-    _run("bias_gelu", (inp, bias), y, launch, plan)
+    _run("bias_gelu", (inp, bias, y), launch, plan)
     return y
 
 
@@ -242,12 +263,12 @@ def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch
     xs, bs, rs, ys = _flat(inp, bias, residual, y) or (inp, bias, residual, y)
     M, N = ys.shape
 
-    def launch(p):
-        _bias_dropout_add_kernel[_grid(M, N, p)](xs, bs, rs, ys, M, N, *xs.stride(), *bs.stride(), *rs.stride(),
-                                                 ys.stride(0), ALIGN=_align(N, xs, bs, rs, ys), BLOCK_M=p.block_m,
-                                                 BLOCK_N=p.block_n, num_warps=p.num_warps)
+    def launch(p, x, b, r, out):
+        _bias_dropout_add_kernel[_grid(M, N, p)](x, b, r, out, M, N, *x.stride(), *b.stride(), *r.stride(),
+                                                 out.stride(0), ALIGN=_align(N, x, b, r, out), BLOCK_M=p.block_m,
+                                                 BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), num_warps=p.num_warps)
 
-    _run("bias_dropout_add", (xs, bs, rs), ys, launch, plan)
+    _run("bias_dropout_add", (xs, bs, rs, ys), launch, plan)
     return y
 
 
@@ -290,16 +311,17 @@ def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, re
     if y.numel() == 0:
         return y
 
-    def launch(p):
+    def launch(p, x, bt, rt, out):
         _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
-            inp, bias_t, residual_t, y, M, N, *inp.stride(), *bias_t.stride(), *residual_t.stride(), N,
-            ALIGN_N=_align(N, inp, y), ALIGN_M=_align(M, bias_t, residual_t),
+            x, bt, rt, out, M, N, *x.stride(), *bt.stride(), *rt.stride(), N,
+            ALIGN_N=_align(N, x, out), ALIGN_M=_align(M, bt, rt),
             BLOCK_M=p.block_m, BLOCK_N=p.block_n, GROUP_M=p.group_m, num_warps=p.num_warps)
 
+    operands = (inp, bias_t, residual_t, y)
     if plan is None:
         plan = utils.autotune(("bias_dropout_add_transposed", *utils.key_of(inp, bias_t, residual_t)),
-                              functools.partial(transposed_plans, M, N, inp.device), launch, inp.device)
-    launch(plan)
+                              functools.partial(transposed_plans, M, N, inp.device), launch, inp.device, operands)
+    launch(plan, *operands)
     return y
 
 

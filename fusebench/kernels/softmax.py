@@ -858,7 +858,7 @@ def _run(name, launch, inputs, out, plans, plan):
     """Launch with `plan`, or with the autotuned choice among `plans()` for these inputs."""
     if plan is None:
         key = (name, *utils.key_of(*inputs))
-        plan = utils.autotune(key, plans, lambda p: launch(*inputs, out, p), out.device)
+        plan = utils.autotune(key, plans, lambda p, *operands: launch(*operands, p), out.device, (*inputs, out))
     launch(*inputs, out, plan)
     return out
 

@@ -46,8 +46,9 @@ Heuristics (documented here once, used by every memory-bound kernel):
   loaded `evict_last` outlived the plain L2 flush used before session 6 into the next timed
   call; the flush now evicts them too (measure.timing).
 * The first call for a shape on a GPU times each candidate plan (`autotune`, with the same
-  timing as the cells: L2 flushed, host launch cost kept out) and keeps the fastest for that
-  key; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
+  timing as the cells: L2 flushed, host launch cost kept out, the same launch on copies of the
+  operands after each flush) and keeps the fastest for that key; the CPU, the interpreter and
+  CUDA-graph capture use the heuristic's first candidate.
 """
 from __future__ import annotations
 
@@ -340,17 +341,20 @@ def autotune_enabled(device) -> bool:
     )
 
 
-def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]], launch: Callable[[T], object],
-             device) -> T:
+def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]], launch: Callable[..., object],
+             device, operands: Sequence[torch.Tensor | None]) -> T:
     """The candidate to use for `key` (which must name the shape, dtype, strides and device).
 
-    `candidates` may be a function that lists them, called only when `key` has no choice yet (it
-    keeps the host's per-call cost low once a shape is tuned).
+    `launch(c, *operands)` launches candidate c on `operands` (the call's input and output
+    tensors, or None for an output a variant does not write).  `candidates` may be a function that
+    lists them, called only when `key` has no choice yet (it keeps the host's per-call cost low
+    once a shape is tuned).
 
-    On a GPU the first call for a key runs `launch(c)` for every candidate, timing each (median
-    of a few runs, timed as cells are, see gpu_time_ms) and keeps the fastest
-    for later calls.  Elsewhere, or with FUSEBENCH_AUTOTUNE=0, the first candidate is used.
-    A candidate that fails to compile or launch (e.g. out of shared memory) is skipped."""
+    On a GPU the first call for a key runs every candidate, timing each (median of a few runs,
+    timed as cells are, see gpu_time_ms, with the warm call on copies of the operands, see
+    shadow_operands) and keeps the fastest for later calls.  Elsewhere, or with
+    FUSEBENCH_AUTOTUNE=0, the first candidate is used.  A candidate that fails to compile or launch
+    (e.g. out of shared memory) is skipped."""
     if key in _TUNED:
         _LAST_CHOICE[0] = _TUNED[key]
         return _TUNED[key]  # type: ignore[return-value]
@@ -359,16 +363,19 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     if len(candidates) == 1 or not autotune_enabled(device):
         _LAST_CHOICE[0] = candidates[0]
         return candidates[0]
+    shadow = shadow_operands(operands)
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
+        warm = None if shadow is None else functools.partial(launch, cand, *shadow)
         try:
-            ms = gpu_time_ms(lambda: launch(cand), device)
+            ms = gpu_time_ms(lambda: launch(cand, *operands), device, warm=warm)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
             errors.append(f"{cand}: {type(exc).__name__}: {exc}")
             continue
         timings.append((cand, ms))
         if ms < best_ms:
             best, best_ms = cand, ms
+    del shadow
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     _TUNED[key] = best
@@ -381,23 +388,48 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     return best
 
 
+def shadow_operands(operands: Sequence[torch.Tensor | None],
+                    max_bytes: int = TimingSettings.warm_call_max_bytes) -> list | None:
+    """Copies of `operands` for the autotuner's warm call (measure.timing): new memory, same
+    shapes, strides and alignment (so the JIT specializes them alike), inputs' values copied.
+    None when they hold more than `max_bytes` together (as cells above it have no warm call)."""
+    tensors = [t for t in operands if t is not None]
+    if sum(t.numel() * t.element_size() for t in tensors) > max_bytes:
+        return None
+
+    def copy(t):
+        if t is None:
+            return None
+        # The elements the view spans (non-negative strides), placed at the same offset from a
+        # 128-byte boundary as the original's first element.
+        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) if t.numel() else 0
+        offset = t.data_ptr() % 128 // t.element_size()
+        base = torch.empty(offset + span, dtype=t.dtype, device=t.device)
+        out = base.as_strided(t.shape, t.stride(), offset)
+        return out.copy_(t)
+
+    return [copy(t) for t in operands]
+
+
 def gpu_time_stats(fn: Callable[[], object], device, budget_ms: float = 5.0, warmup_ms: float = 1.0,
-                   max_reps: int = 100) -> TimeStats:
-    """GPU time of fn, measured as fusebench measures cells (measure.timing: L2 flushed, and a
-    spin before each start event so that the host's launch cost, which exceeds a small kernel's
-    run time, is not what gets compared), over about budget_ms of runs (5 to max_reps).
-    time_call's warm-up makes the first call, which compiles."""
+                   max_reps: int = 100, warm: Callable[[], object] | None = None) -> TimeStats:
+    """GPU time of fn, measured as fusebench measures cells (measure.timing: L2 flushed, then
+    `warm` if given -- the same launch on other operands --, and a spin before each start event so
+    that the host's launch cost, which exceeds a small kernel's run time, is not what gets
+    compared), over about budget_ms of runs (5 to max_reps).  time_call's warm-up makes the first
+    call, which compiles."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     settings = TimingSettings(warmup_ms=warmup_ms, rep_ms=budget_ms, min_reps=5, max_reps=max_reps)
-    return time_call(fn, str(dev), settings)
+    return time_call(fn, str(dev), settings, warm=warm)
 
 
-def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0) -> float:
+def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0,
+                warm: Callable[[], object] | None = None) -> float:
     """Median of gpu_time_stats in ms.  Used by `autotune` here and by gemm_utils.fastest
     (choosing between whole GEMM / conv implementations)."""
-    return gpu_time_stats(fn, device, budget_ms).median_us / 1e3
+    return gpu_time_stats(fn, device, budget_ms, warm=warm).median_us / 1e3
 
 
 def last_choice() -> object | None:

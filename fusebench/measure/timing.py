@@ -17,6 +17,16 @@ The stores alone ("evict_last", sessions 6-9) leave L2 full of dirty lines that 
 then writes back: on an H200, 3-5 us of a 65-70 us call at 128 MiB (session 10); the read sweep
 writes them back before the start event.
 
+After each flush, before the spin, the same call runs once on a second, same-shaped set of inputs
+(the "warm call", when the caller passes one: the runner does for calls of up to 1 GiB of traffic).
+The timed call's data is still cold, but what else the flush disturbed is settled.  What that is
+was not isolated: not the kernel's code (on an H200 a one-program launch of another binary, on a
+small buffer allocated beside the inputs, settled it as well); address translation is a guess.
+Without it a 4-6 us call's median moved between three levels, ~0.4 and ~0.8 us apart, from one
+timing to the next of the same kernel, and one implementation could look 15% slower than another
+by chance; with it, repeats agreed within 0.05 us (session 12, docs/device-runs/s12-call1..3).
+That chance was the "~0.45 us fixed cost" session 11 found at the smallest shapes.
+
 Only the call is inside the timed region: no allocation, synchronisation or cache emptying
 (the plan's first round lost 87% of its time to those).
 """
@@ -44,6 +54,10 @@ class TimingSettings:
     # Spin the GPU before each start event so host launch cost stays out of `time` (see
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
     host_cover: bool = True
+    # The warm call after each flush (module docstring), for calls whose traffic (the case's
+    # minimum bytes) is at most this; 0 turns it off, as runs before session 12 were timed.  Above
+    # it calls take >= ~250 us on an H200, where what it settles is under 0.5%.
+    warm_call_max_bytes: int = 1 << 30
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -103,9 +117,12 @@ def _flush_l2(buf: torch.Tensor, mode: str) -> None:
         read_evict_last(swept)
 
 
-def time_call(fn: Callable[[], object], device: str, st: TimingSettings) -> TimeStats:
+def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
+              warm: Callable[[], object] | None = None) -> TimeStats:
+    """Time fn (see the module docstring).  `warm`: the same call on a second input set, run after
+    each flush, outside the timed region; the caller decides when to pass one (warm_call_max_bytes)."""
     if device.startswith("cuda"):
-        return _time_cuda(fn, device, st)
+        return _time_cuda(fn, device, st, warm)
     return _time_host(fn, st)
 
 
@@ -122,18 +139,27 @@ def _host_cover_cycles(fn, device) -> int:
     return int(max(20.0, 2 * host_us) * 2000)
 
 
-def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
+def _time_cuda(fn, device, st: TimingSettings, warm=None) -> TimeStats:
     flush = _flush_buffer(device) if st.flush_l2 else None
+    warm = warm if flush is not None else None  # without a flush nothing needs settling
+
+    def before():  # outside the events: not timed
+        if flush is not None:
+            _flush_l2(flush, st.flush_mode)
+        if warm is not None:
+            warm()
+
     # Warm up and estimate the per-call time (flush included, as in the timed loop).
     fn()
+    if warm is not None:
+        warm()
     torch.cuda.synchronize(device)
     cover = _host_cover_cycles(fn, device) if st.host_cover and hasattr(torch.cuda, "_sleep") else 0
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     n_est = 0
     start.record()
     while True:
-        if flush is not None:
-            _flush_l2(flush, st.flush_mode)
+        before()
         fn()
         n_est += 1
         end.record()
@@ -144,8 +170,7 @@ def _time_cuda(fn, device, st: TimingSettings) -> TimeStats:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
-        if flush is not None:
-            _flush_l2(flush, st.flush_mode)  # outside the events: not timed
+        before()
         if cover:
             torch.cuda._sleep(cover)  # the GPU waits here, not inside the timed region
         starts[i].record()

@@ -22,6 +22,8 @@ from fusebench.store import now
 from fusebench.util import first_line
 
 SEEDS = (0, 1, 2)
+# Inputs of the warm call run after each L2 flush (see _warm_call): a seed apart from the timed ones.
+WARM_CALL_SEED = 1000
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -153,7 +155,8 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             return
         args = case.make_inputs(shape, dtype, device, seeds[0])
         call = lambda: prepared.fn(*args)  # noqa: E731
-        stats = time_call(call, device, timing)
+        stats = time_call(call, device, timing, warm=_warm_call(case, prepared, args, shape, dtype, device,
+                                                                 timing, row["min_bytes"]))
         row.update(time_us=stats.median_us, time_q20_us=stats.q20_us, time_q80_us=stats.q80_us,
                    time_min_us=stats.min_us, time_max_us=stats.max_us, time_reps=stats.reps)
         row["wall_time_us"] = wall_time(call, device, stats.reps)
@@ -167,6 +170,20 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         _other_metrics(metrics, ctx, row, notes)
         if keep is not None:
             keep["ctx"] = ctx
+
+
+def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSettings, traffic: int | None):
+    """The call on a second input set, for time_call to run after each flush (measure.timing), or
+    None: on the CPU, without a flush, or above timing.warm_call_max_bytes of traffic (the case's
+    minimum bytes, else its inputs' size)."""
+    if not device.startswith("cuda") or not timing.flush_l2 or timing.warm_call_max_bytes <= 0:
+        return None
+    if traffic is None:
+        traffic = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+    if traffic > timing.warm_call_max_bytes:
+        return None
+    other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
+    return lambda: prepared.fn(*other)
 
 
 def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:
