@@ -492,3 +492,16 @@ def test_element_wise_tiles_on_each_grid_kind(plan, kind):
     torch.testing.assert_close(kpw.pointwise_chain_impl(x, plan=plan), get_case("pointwise_chain").fn(x))
     torch.testing.assert_close(kpw.bias_dropout_add_impl(x, b, r, plan=plan),
                                get_case("bias_dropout_add").fn(x, b, r))
+
+
+@gpu
+def test_gpu_touch_pages_reads_without_writing():
+    # the warm call's page touch: any dtype and view, the tensors left as they were
+    from fusebench.measure.l2flush import touch_pages
+
+    a = torch.randn(3000, 700, device="cuda")
+    b = torch.randint(0, 255, (1 << 20,), dtype=torch.uint8, device="cuda")
+    before = (a.clone(), b.clone())
+    touch_pages([a[5:, 3:], b, None, torch.empty(0, device="cuda"), 3])
+    torch.cuda.synchronize()
+    assert torch.equal(a, before[0]) and torch.equal(b, before[1])

@@ -17,15 +17,17 @@ The stores alone ("evict_last", sessions 6-9) leave L2 full of dirty lines that 
 then writes back: on an H200, 3-5 us of a 65-70 us call at 128 MiB (session 10); the read sweep
 writes them back before the start event.
 
-After each flush, before the spin, the same call runs once on a second, same-shaped set of inputs
-(the "warm call", when the caller passes one: the runner does for calls of up to 1 GiB of traffic).
-The timed call's data is still cold, but what else the flush disturbed is settled.  What that is
-was not isolated: not the kernel's code (on an H200 a one-program launch of another binary, on a
-small buffer allocated beside the inputs, settled it as well); address translation is a guess.
-Without it a 4-6 us call's median moved between three levels, ~0.4 and ~0.8 us apart, from one
-timing to the next of the same kernel, and one implementation could look 15% slower than another
-by chance; with it, repeats agreed within 0.05 us (session 12, docs/device-runs/s12-call1..3).
-That chance was the "~0.45 us fixed cost" session 11 found at the smallest shapes.
+After each flush, before the spin, a "warm call" (when the caller passes one; the runner does for
+calls of up to 1 GiB of traffic): the same call on a second, same-shaped set of inputs (its freed
+outputs are where the timed call's will be allocated), then one byte read every 64 KiB of the
+timed call's inputs (l2flush.touch_pages).  The timed call's data is still cold, but what else the
+flush disturbed is settled.  What that is was not isolated: not the kernel's code (on an H200 a
+one-program launch of another binary on a small buffer allocated beside the inputs settled it as
+well); the address translations of the pages the flush swept past are the guess.  Without it a
+4-6 us call's median moved between three levels ~0.4 us apart from one timing to the next of the
+same kernel, so that one implementation could look 15% slower than another by chance; with it,
+repeats agreed within 0.05 us (session 12, docs/device-runs/s12-call1..5).  That chance was the
+"~0.45 us fixed cost" session 11 found at the smallest shapes.
 
 Only the call is inside the timed region: no allocation, synchronisation or cache emptying
 (the plan's first round lost 87% of its time to those).
@@ -119,8 +121,8 @@ def _flush_l2(buf: torch.Tensor, mode: str) -> None:
 
 def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
               warm: Callable[[], object] | None = None) -> TimeStats:
-    """Time fn (see the module docstring).  `warm`: the same call on a second input set, run after
-    each flush, outside the timed region; the caller decides when to pass one (warm_call_max_bytes)."""
+    """Time fn (see the module docstring).  `warm`: the warm call, run after each flush, outside the
+    timed region; the caller decides when to pass one (warm_call_max_bytes)."""
     if device.startswith("cuda"):
         return _time_cuda(fn, device, st, warm)
     return _time_host(fn, st)
@@ -128,7 +130,7 @@ def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
 
 def _host_cover_cycles(fn, device) -> int:
     """GPU cycles to spin before each timed call so the host has enqueued the whole call before the
-    start event fires: twice the host's enqueue time of one call, at least 20 us (at ~2 GHz).
+    start event fires: twice the host's enqueue time of one call, at least 50 us (at ~2 GHz).
 
     Without it, a call whose Python wrapper takes longer to launch than the L2 flush takes to run
     would be charged the host's launch time as GPU time; that cost is what wall_time reports."""
@@ -136,7 +138,7 @@ def _host_cover_cycles(fn, device) -> int:
     fn()
     host_us = (time.perf_counter() - t) * 1e6
     torch.cuda.synchronize(device)
-    return int(max(20.0, 2 * host_us) * 2000)
+    return int(max(50.0, 2 * host_us) * 2000)
 
 
 def _time_cuda(fn, device, st: TimingSettings, warm=None) -> TimeStats:
