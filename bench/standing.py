@@ -12,7 +12,8 @@ triton's: same run, same flush, same GPU).  Prints per case how many shapes reac
 ceiling and lists the others (--all: every shape).
 
 --versus: the issue's second target instead, over every shape (any size) where one run of a store
-timed eager, inductor and triton fp32: per case the geometric means of triton over Inductor, of
+timed eager, inductor and triton fp32 (where several runs did, the latest): per case the geometric
+means of triton over Inductor, of
 triton over eager and of Inductor over eager, and the shapes where triton is below 0.95x Inductor,
 as a Markdown table.
 """
@@ -62,6 +63,10 @@ def versus(cells: pd.DataFrame, worst: int = 4) -> str:
     """The Markdown table of --versus (cells: load(..., QUERY with every implementation))."""
     times = cells.pivot_table(index=["store", "run_id", "case_name", "shape"], columns="impl", values="time_us",
                               aggfunc="last").dropna(subset=["eager", "inductor", "triton"]).reset_index()
+    # A shape timed by several runs (stores given together): the latest run's cells.
+    started = cells.groupby(["store", "run_id", "case_name", "shape"]).started.max().rename("started").reset_index()
+    times = (times.merge(started, on=["store", "run_id", "case_name", "shape"]).sort_values("started")
+             .drop_duplicates(["case_name", "shape"], keep="last"))
     lines = ["| case (shapes) | Inductor vs eager | triton vs Inductor | triton vs eager | below 0.95x Inductor |",
              "| --- | ---: | ---: | ---: | --- |"]
     for case in MEMORY_BOUND:

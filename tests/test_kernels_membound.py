@@ -318,7 +318,7 @@ def test_tile_2d_plans():
     assert utils.tile_2d_plans(65536, 128)[0] == utils.TilePlan(64, 128, 16)
     assert utils.tile_2d_plans(3, 5)[0].block_m == 4
     # a small tensor: only small tiles (most programs), not one program holding it all
-    assert utils.tile_2d_plans(1, 16384, min_programs=132) == [utils.TilePlan(1, n, 4) for n in (1024, 512, 256)]
+    assert utils.tile_2d_plans(1, 16384, min_programs=132) == [utils.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
     assert len(utils.tile_2d_plans(1, 2**24, min_programs=132)) == 4
 
 
