@@ -505,3 +505,22 @@ def test_gpu_touch_pages_reads_without_writing():
     touch_pages([a[5:, 3:], b, None, torch.empty(0, device="cuda"), 3])
     torch.cuda.synchronize()
     assert torch.equal(a, before[0]) and torch.equal(b, before[1])
+
+
+@gpu
+def test_gpu_timing_gives_a_slow_host_a_head_start(monkeypatch):
+    # a host slower than the GPU (here: 300 us of sleep in the warm call's host part) must not be
+    # charged to the call: the GPU is found idle before reps and spun ahead first
+    import time as _time
+
+    from fusebench.measure import timing as tm
+
+    x = torch.randn(1 << 12, device="cuda")
+    settings = tm.TimingSettings(warmup_ms=1, rep_ms=2, min_reps=20, max_reps=20)
+    spins = []
+    real_sleep = torch.cuda._sleep
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda c: (spins.append(c), real_sleep(c)))
+    slow = tm.time_call(lambda: x.add(1), "cuda", settings, warm=lambda: _time.sleep(300e-6))
+    assert spins.count(tm.HEAD_START_CYCLES) >= 10
+    fast = tm.time_call(lambda: x.add(1), "cuda", settings)
+    assert slow.median_us < 2 * fast.median_us + 5

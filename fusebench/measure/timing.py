@@ -86,6 +86,7 @@ def _reps(per_call_ms: float, st: TimingSettings) -> int:
 
 
 FLUSH_MODES = ("clean", "evict_last", "zero")
+HEAD_START_CYCLES = 400_000  # ~200 us at ~2 GHz
 _FLUSH: dict[str, torch.Tensor] = {}
 
 
@@ -172,6 +173,11 @@ def _time_cuda(fn, device, st: TimingSettings, warm=None) -> TimeStats:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
+        if cover and i and ends[i - 1].query():
+            # The GPU has caught up with the host (a host slower than the flush and the call, e.g.
+            # beside other workers compiling): give it a head start again, or the spin alone may
+            # not cover the call's enqueue (session 12: a few cells in ~2,500 at 1.2-4x their time).
+            torch.cuda._sleep(HEAD_START_CYCLES)
         before()
         if cover:
             torch.cuda._sleep(cover)  # the GPU waits here, not inside the timed region
