@@ -172,15 +172,16 @@ def _time_cuda(fn, device, st: TimingSettings, warm=None) -> TimeStats:
     reps = _reps(start.elapsed_time(end) / n_est, st)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    caught_up = torch.cuda.Event()
     for i in range(reps):
-        if cover and i and ends[i - 1].query():
-            # The GPU has caught up with the host (a host slower than the flush and the call, e.g.
-            # beside other workers compiling): give it a head start again, or the spin alone may
-            # not cover the call's enqueue (session 12: a few cells in ~2,500 at 1.2-4x their time).
-            torch.cuda._sleep(HEAD_START_CYCLES)
         before()
         if cover:
-            torch.cuda._sleep(cover)  # the GPU waits here, not inside the timed region
+            # The GPU waits here, not inside the timed region.  If it has already done all that was
+            # enqueued (a host slower than the flush and the warm call, e.g. beside other workers
+            # compiling), the spin starts now and the host has only `cover` to enqueue the call:
+            # give it a head start too (session 12: a few cells in ~2,500 at 1.2-4x their time).
+            caught_up.record()
+            torch.cuda._sleep(cover + (HEAD_START_CYCLES if caught_up.query() else 0))
         starts[i].record()
         fn()
         ends[i].record()
