@@ -61,7 +61,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.measure.timing import TimeStats, TimingSettings, time_call
+from fusebench.measure.timing import TimeStats, TimingSettings, time_call, warm_call
 
 T = TypeVar("T")
 
@@ -368,7 +368,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     shadow = shadow_operands(operands)
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
-        warm = None if shadow is None else functools.partial(_warm_launch, launch, cand, shadow, operands)
+        warm = None if shadow is None else warm_call(functools.partial(launch, cand, *shadow), operands)
         try:
             ms = gpu_time_ms(lambda: launch(cand, *operands), device, warm=warm)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
@@ -388,15 +388,6 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
             f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
                 f"    failed: {e}\n" for e in errors))
     return best
-
-
-def _warm_launch(launch, cand, shadow, operands) -> None:
-    """The autotuner's warm call (measure.timing): the candidate on the shadow operands, then the
-    real operands' pages touched."""
-    from fusebench.measure.l2flush import touch_pages
-
-    launch(cand, *shadow)
-    touch_pages(operands)
 
 
 def shadow_operands(operands: Sequence[torch.Tensor | None],

@@ -37,7 +37,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -127,6 +127,18 @@ def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
     if device.startswith("cuda"):
         return _time_cuda(fn, device, st, warm)
     return _time_host(fn, st)
+
+
+def warm_call(other: Callable[[], object], timed: Sequence) -> Callable[[], None]:
+    """The warm call for time_call (module docstring): `other` -- the same call on a second input
+    set --, then the pages of the timed call's tensors `timed` touched."""
+    from fusebench.measure.l2flush import touch_pages  # Triton: imported only where a GPU call is timed
+
+    def warm() -> None:
+        other()
+        touch_pages(timed)
+
+    return warm
 
 
 def _host_cover_cycles(fn, device) -> int:

@@ -15,7 +15,7 @@ import torch
 from fusebench.cases import DTYPES, get_case, shape_str
 from fusebench.impls import get_impl
 from fusebench.measure.accuracy import compare
-from fusebench.measure.timing import TimingSettings, time_call, wall_time
+from fusebench.measure.timing import TimingSettings, time_call, wall_time, warm_call
 from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.plan import Cell, cpu_dtype
 from fusebench.store import now
@@ -182,15 +182,9 @@ def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSetting
         traffic = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
     if traffic > timing.warm_call_max_bytes:
         return None
-    from fusebench.measure.l2flush import touch_pages
-
     other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
-
-    def warm():
-        prepared.fn(*other)  # its outputs, freed, are where the timed call's will be allocated
-        touch_pages(args)
-
-    return warm
+    # Its outputs, freed, are where the timed call's will be allocated.
+    return warm_call(lambda: prepared.fn(*other), args)
 
 
 def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:
