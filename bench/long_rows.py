@@ -18,7 +18,9 @@ autotuner times), in order:
 4. with --ncu: each plan run once more under Nsight Compute (a child process, all plans of a
    (case, shape) in one; --cache-control none and our own flush before each plan, as
    metrics/ncu.py): DRAM bytes read and written over the case's minimum ("read x", "write x":
-   how many times the input was read from DRAM, the output written).
+   how many times the input was read from DRAM, the output written).  --ncu-extra M1,M2,...
+   adds those Nsight Compute metrics (e.g. lts__t_sectors.avg.pct_of_peak_sustained_elapsed, L2
+   throughput), each taken from the plan's longest kernel, as columns named after them.
 
 Writes DIR/long_rows.csv (DIR: --out, else $OUT, else the working directory) and prints a table
 per case.  LONG_ROWS_TIME_WRONG=1 times (and counts the bytes of) wrong plans too, for diagnostic
@@ -52,6 +54,7 @@ CASES = {
     "norm_chain": (norms.norm_chain_impl, norms.norm_chain_plans),
 }
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+NCU_EXTRA: list[str] = []  # --ncu-extra: more metrics, reported per plan from its longest kernel
 NVTX_RANGE = "long_rows"
 T0 = time.time()
 DEVICE = os.environ.get("LONG_ROWS_DEVICE", "cuda")
@@ -150,8 +153,29 @@ def ncu_child(case_name: str, shape, modes, indices: list[int]) -> None:
     torch.cuda.nvtx.range_pop()
 
 
+def ncu_groups(ncu: str, child: list[str], metrics, cache_control: str) -> tuple[list, str]:
+    """Profile `child` under ncu: per plan, the [(kernel name, metrics)] it launched, in order (each
+    plan's kernels follow our two flush kernels), and ncu's output for error messages."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log_file = os.path.join(tmp, "ncu.csv")
+        cmd = ncu_command(ncu, log_file, child, metrics, NVTX_RANGE, cache_control=cache_control)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        text = open(log_file).read() if os.path.exists(log_file) else ""
+    groups, cur = [], None
+    for k in parse_ncu_csv(text)["kernels"]:
+        if "zero_evict_last" in k["name"]:
+            cur = []
+            groups.append(cur)
+        elif "read_evict_last" in k["name"]:
+            continue
+        elif cur is not None:
+            cur.append((k["name"], k))
+    return groups, text + proc.stdout + proc.stderr
+
+
 def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
-    """Add DRAM read/write multiples to the rows of plans that ran correctly (in place)."""
+    """Add DRAM read/write multiples (and the --ncu-extra metrics) to the rows of plans that ran
+    correctly (in place)."""
     ncu = find_ncu()
     ok = [r for r in rows if r["time_us"] != ""]  # the timed ones (see TIME_WRONG)
     if ncu is None or not ok:
@@ -161,37 +185,35 @@ def ncu_traffic(case_name: str, shape, modes, rows: list[dict]) -> None:
     child = [sys.executable, os.path.abspath(__file__), "--plans", ";".join(EXTRA_PLANS),
              "--max-onchip", str(MAX_ONCHIP[0]), "--ncu-child", case_name, "x".join(map(str, shape)),
              ",".join(modes), ",".join(str(r["index"]) for r in ok)]
-    with tempfile.TemporaryDirectory() as tmp:
-        log_file = os.path.join(tmp, "ncu.csv")
-        proc = subprocess.run(ncu_command(ncu, log_file, child, NCU_METRICS, NVTX_RANGE), capture_output=True,
-                              text=True, timeout=600)
-        text = open(log_file).read() if os.path.exists(log_file) else ""
-    kernels = [(k["name"], k) for k in parse_ncu_csv(text)["kernels"]]
-    # Each plan launches one kernel (two for split) after our two flush kernels, in order.
+    # DRAM bytes in one pass after our own flush (no ncu cache control, as the cells are timed).
+    groups, out = ncu_groups(ncu, child, NCU_METRICS, "none")
+    if len(groups) != len(ok):
+        why = ncu_failure(out) or f"{len(groups)} plans profiled of {len(ok)}"
+        for r in ok:
+            r["dram"] = f"not available: {why}"
+        return
     nbytes = get_case(case_name).min_bytes(shape, torch.float32)
     in_bytes = out_bytes = nbytes / 2
     if case_name == "softmax_backward":
         in_bytes, out_bytes = nbytes * 2 / 3, nbytes / 3
-    groups, cur = [], None
-    for name, vals in kernels:
-        if "zero_evict_last" in name:
-            cur = []
-            groups.append(cur)
-        elif "read_evict_last" in name:
-            continue
-        elif cur is not None:
-            cur.append((name, vals))
-    if len(groups) != len(ok):
-        why = ncu_failure(text + proc.stdout + proc.stderr) or f"{len(groups)} plans profiled of {len(ok)}"
-        for r in ok:
-            r["dram"] = f"not available: {why}"
-        return
     for r, group in zip(ok, groups):
         read = sum(v.get("dram__bytes_read.sum") or 0.0 for _, v in group)
         write = sum(v.get("dram__bytes_write.sum") or 0.0 for _, v in group)
         ns = sum(v.get("gpu__time_duration.sum") or 0.0 for _, v in group)
         r.update(read_x=round(read / in_bytes, 3), write_x=round(write / out_bytes, 3), ncu_us=round(ns / 1e3, 2),
                  kernels=" ".join(n.split("(")[0] for n, _ in group))
+    if not NCU_EXTRA:
+        return
+    # The extra metrics take several replay passes of each kernel: ncu flushes the caches before
+    # every pass, so that each pass starts as the timed calls do (L2 cold).
+    groups, out = ncu_groups(ncu, child, (*NCU_EXTRA, "gpu__time_duration.sum"), "all")
+    if len(groups) != len(ok):
+        why = ncu_failure(out) or f"{len(groups)} plans profiled of {len(ok)}"
+        log(f"--ncu-extra not available: {why}")
+        groups = [[]] * len(ok)
+    for r, group in zip(ok, groups):
+        longest = max((v for _, v in group), key=lambda v: v.get("gpu__time_duration.sum") or 0.0, default={})
+        r.update({m: longest.get(m, "") for m in NCU_EXTRA})
 
 
 def main() -> None:
@@ -200,6 +222,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="1024x65536,8192x65536")
     ap.add_argument("--modes", default="loop,split,coop")
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--ncu-extra", default="", help="comma-separated Nsight Compute metrics to add (with --ncu)")
     ap.add_argument("--max-onchip", type=int, default=utils.MAX_ONCHIP)
     ap.add_argument("--plans", default="", help="';'-separated plan specs (see parse_plan) instead of the wrapper's")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -207,6 +230,7 @@ def main() -> None:
     a = ap.parse_args()
     MAX_ONCHIP[0] = a.max_onchip
     EXTRA_PLANS[:] = [p for p in a.plans.split(";") if p]
+    NCU_EXTRA[:] = [m for m in a.ncu_extra.split(",") if m]
     if a.ncu_child:
         case_name, shape_s, modes, idx = a.ncu_child
         ncu_child(case_name, tuple(map(int, shape_s.split("x"))), modes.split(","), [int(i) for i in idx.split(",")])
@@ -242,6 +266,8 @@ def main() -> None:
         note = "" if r["status"] == "ok" else r["status"]
         print(f"{r['case']:17s} {r['shape']:>11s} {r['of_copy'] or '-':>6} of copy  {r['time_us'] or '-':>9} us  "
               f"read {r.get('read_x', '-')}x write {r.get('write_x', '-')}x  {r['plan']}  {note}")
+        if NCU_EXTRA and r.get("read_x") is not None:
+            print("    " + "  ".join(f"{m} {r.get(m, '-')}" for m in NCU_EXTRA))
     log(f"wrote {path}")
 
 

@@ -254,10 +254,12 @@ def child_command(case, impl_name: str, shape, dtype_name: str, mode: str = "ncu
     return cmd, why
 
 
-def ncu_command(ncu: str, log_file: str, child: list[str], metrics=METRICS, nvtx_range: str = NVTX_RANGE) -> list[str]:
+def ncu_command(ncu: str, log_file: str, child: list[str], metrics=METRICS, nvtx_range: str = NVTX_RANGE,
+                cache_control: str = "none") -> list[str]:
     """ncu running `child`, profiling the kernels inside its NVTX push/pop range `nvtx_range`
-    (bench/long_rows.py passes its own metrics and range)."""
-    return [ncu, "--target-processes", "all", "--cache-control", "none", "--clock-control", "none",
+    (bench/long_rows.py passes its own metrics, range and, for metrics that take several replay
+    passes, cache control "all")."""
+    return [ncu, "--target-processes", "all", "--cache-control", cache_control, "--clock-control", "none",
             "--metrics", ",".join(metrics), "--print-units", "base", "--csv", "--log-file", log_file,
             "--nvtx", "--nvtx-include", f"{nvtx_range}/"] + child
 
