@@ -289,10 +289,6 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
                     other=0.0).to(tl.float32)
-        # A program's columns are the same in every row: its weight and bias are loaded once, not
-        # once per row from L2 (these plans have the registers: one or two programs per SM).
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
@@ -306,9 +302,9 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, st
                                  other=0.0).to(tl.float32)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
-            if not PREFETCH:  # weight and bias (from L2) only now: fewer registers live across the barrier
-                w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-                b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            # weight and bias (from L2) only now: fewer registers live across the barrier
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)

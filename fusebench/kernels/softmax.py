@@ -539,37 +539,24 @@ def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, strid
 
 @triton.jit
 def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
-                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                                PREFETCH: tl.constexpr):
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
-    # Rows and chunks as in _softmax_coop_kernel.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
-        first = (pid // SPLITS).to(tl.int64)
-        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
-                    other=float("-inf")).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
-                            ).to(tl.float32)
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                        ).to(tl.float32)
             _double_softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 8)
-            if PREFETCH:  # the next row's chunk in flight while this row's programs meet
-                nxt = row + rows_at_once
-                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
-                                 other=float("-inf")).to(tl.float32)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
             z = tl.exp(tl.exp(x - m) * inv1) * inv2
             tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            if PREFETCH:
-                x = x_next
 
 
 def _launch_double_softmax(x, z, plan: utils.RowPlan):
@@ -594,7 +581,7 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         _double_softmax_coop_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm,
                                                   sxn, N, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                                  PREFETCH=plan.prefetch, launch_cooperative_grid=True, **meta)
+                                                  launch_cooperative_grid=True, **meta)
 
 
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -604,8 +591,7 @@ def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           streams=True)
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -613,8 +599,7 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
     # streamed plans keep their steps (8192 columns measured fastest, session 8).  Split plans first:
     # before the streamed plans, they were the fastest for long rows at every row count measured.
     plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                                      streams=True)
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
              if not (p.mode == "stream" and p.block_n > 8192)]  # 16384-column steps spill
     return sorted(plans, key=lambda p: p.mode != "split")
 
@@ -818,40 +803,25 @@ def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym
 @triton.jit
 def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, stride_dym, stride_dyn, stride_ym,
                              stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr):
+                             BLOCK_S: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
-    # Rows and chunks as in _softmax_coop_kernel.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    if PREFETCH:  # the first row's chunks; later ones are loaded a round ahead
-        first = (pid // SPLITS).to(tl.int64)
-        ok = (cols < N) & (first < M)
-        dy = tl.load(dy_ptr + first * stride_dym + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(y_ptr + first * stride_ym + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
     for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            if not PREFETCH:
-                dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
-                y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(dy * y, 0))
-            if PREFETCH:  # the next row's chunks in flight while this row's programs meet
-                nxt = row + rows_at_once
-                ok = (cols < N) & (nxt < M)
-                dy_next = tl.load(dy_ptr + nxt * stride_dym + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
-                y_next = tl.load(y_ptr + nxt * stride_ym + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
             row_barrier_wait(cnt_ptr + row * 2, SPLITS)
             dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
             tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
                      mask=cols < N)
             row_barrier_leave(cnt_ptr + row * 2, SPLITS)
-            if PREFETCH:
-                dy = dy_next
-                y = y_next
 
 
 def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
@@ -877,7 +847,7 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
         _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
                                                *strides, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                               PREFETCH=plan.prefetch, launch_cooperative_grid=True, **meta)
+                                               launch_cooperative_grid=True, **meta)
 
 
 # ----------------------------------------------------------------------------------------------

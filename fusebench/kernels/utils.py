@@ -147,7 +147,7 @@ class RowPlan:
     splits: int = 1
     grid: int = 0
     # Load ahead what a later step needs -- coop: the next row's chunk before waiting at this row's
-    # barrier (layernorm: and the weight and bias, once for all rows); tile: the per-column parameters (layernorm's weight and bias) together with the rows,
+    # barrier; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
     # one memory round trip fewer before the store, three row-sized values per thread instead of one.
     prefetch: bool = False
     # loop: software-pipeline each pass's loads this deep through shared memory (None: not at all;
@@ -272,13 +272,9 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     streamed = [stream_plan(device, 16384, 32), stream_plan(device, 8192, 32),
                 stream_plan(device, 8192, 16), stream_plan(device, 8192, 16, per_sm=2)] if streams else []
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
-    coops = [coop_plan(M, N, device, chunk, warps, per_sm) for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))]
-    if coop_prefetch:
-        # Prefetching doubles the registers a chunk takes: fewer programs per SM (4096 and 8192
-        # columns at 16 values per thread, and 16384 at 16 per thread on 32 warps).
-        coops += [coop_plan(M, N, device, chunk, warps, per_sm, True)
-                  for chunk, warps, per_sm in ((16384, 32, 1), (8192, 16, 1), (4096, 8, 2))]
-    coops = coops if coop_enabled(device) else []
+    coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
+             for prefetch in ((False, True) if coop_prefetch else (False,))
+             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
