@@ -26,7 +26,7 @@ from fusebench.kernels import norms, softmax, utils
 from fusebench.measure.accuracy import compare
 from fusebench.measure.timing import _flush_buffer, _flush_l2
 
-NEG = -3.0e38  # finite "minus infinity" for a lane's running max: NEG - NEG = 0, not nan
+NEG = tl.constexpr(-3.0e38)  # finite "minus infinity" for a lane's running max: NEG - NEG = 0, not nan
 
 
 @triton.jit
