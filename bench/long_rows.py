@@ -74,9 +74,9 @@ TIME_WRONG = os.environ.get("LONG_ROWS_TIME_WRONG", "0") == "1"
 
 
 def parse_plan(spec: str, shape) -> utils.RowPlan:
-    """A plan from "loop:STEP:WARPS:GRID:STAGES", "stream:STEP:WARPS:PER_SM", "tile:ROWS:WARPS" or
-    "coop:CHUNK:WARPS:PER_SM:PREFETCH" (STAGES 0: not pipelined, 1: next step prefetched; GRID 0: one
-    program per row)."""
+    """A plan from "loop:STEP:WARPS:GRID:STAGES", "stream:STEP:WARPS:PER_SM", "tile:ROWS:WARPS",
+    "coop:CHUNK:WARPS:PER_SM:PREFETCH" or "reread:STEP:STEP2:WARPS" (STAGES 0: not pipelined, 1: next
+    step prefetched; GRID 0: one program per row)."""
     mode, *v = spec.split(":")
     n = [int(x) for x in v]
     if mode == "loop" and len(n) == 4:
@@ -87,8 +87,10 @@ def parse_plan(spec: str, shape) -> utils.RowPlan:
         return utils.tile_plan(*shape, DEVICE, n[0], n[1])
     if mode == "coop" and len(n) == 4:
         return utils.coop_plan(*shape, DEVICE, n[0], n[1], n[2], bool(n[3]))
+    if mode == "reread" and len(n) == 3:
+        return utils.reread_plan(DEVICE, n[0], n[1], n[2])
     raise SystemExit(f"bad plan spec {spec!r}: loop:STEP:WARPS:GRID:STAGES, stream:STEP:WARPS:PER_SM, "
-                     "tile:ROWS:WARPS or coop:CHUNK:WARPS:PER_SM:PREFETCH")
+                     "tile:ROWS:WARPS, coop:CHUNK:WARPS:PER_SM:PREFETCH or reread:STEP:STEP2:WARPS")
 
 
 def plans_for(case_name: str, shape, modes) -> list[utils.RowPlan]:

@@ -176,6 +176,22 @@ def test_stream_plans(name, mode, dtype, layout):
     check(name, IMPL[name](*args, plan=STREAM_PLANS[mode]), args)
 
 
+REREAD_PLANS = {
+    "reread": utils.RowPlan("reread", 1, 256, 4, grid=2, block_n2=64),  # 3 first-pass steps, 11 second
+    "reread_one_step": utils.RowPlan("reread", 1, 1024, 4, grid=4, block_n2=128),  # a row in one step
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("mode", list(REREAD_PLANS))
+@pytest.mark.parametrize("name", ["layernorm", "double_softmax"])
+def test_reread_plans(name, mode, layout):
+    args = inputs(name, (3, 700), torch.float32, seed=6)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") if isinstance(a, torch.Tensor) else a for a in args)
+    check(name, IMPL[name](*args, plan=REREAD_PLANS[mode]), args)
+
+
 @pytest.mark.parametrize("name", TWO_PASS)
 def test_cooperative_kernels_one_program_per_row(name):
     # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
@@ -349,11 +365,11 @@ def test_gpu_sizes(name, shape, dtype):
                          ids=["300x70000-fp32", "7x20000-bf16"])
 @pytest.mark.parametrize("name", TWO_PASS)
 def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
-    # Every cooperative and streamed plan the autotuner may choose, forced: programs of a row on
+    # Every cooperative, streamed and re-reading plan the autotuner may choose, forced: programs of a row on
     # different SMs exchanging partials; persistent programs taking several rows each, in big steps
     # (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).
     args = inputs(name, shape, dtype, seed=4)
-    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream")]
+    plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream", "reread")]
     ran = 0
     for plan in plans:
         try:

@@ -223,6 +223,57 @@ def _layernorm_stream_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
 
 
 @triton.jit
+def _layernorm_reread_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, eps,
+                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr):
+    # See utils.RowPlan ("reread").  Reducing each first-pass step to two scalars at once leaves
+    # two row-sized values per thread (this step's x and the next one's), so a step can be a whole
+    # 32768-column row; the second pass carries x, weight and bias of its next step.
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_ym = stride_ym // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    c2 = tl.arange(0, BLOCK_N2)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        y_row = y_ptr + row * stride_ym
+        # Pass 1: sums of d = x - K, K the row's first element (see the module docstring).
+        k = tl.load(x_row).to(tl.float32)
+        s1 = 0.0
+        s2 = 0.0
+        x = tl.load(x_row + c * stride_xn, mask=c < N, other=0.0, eviction_policy="evict_last")
+        for start in tl.range(BLOCK_N, N + BLOCK_N, BLOCK_N):  # start: the next step's first column
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=0.0,
+                             eviction_policy="evict_last")
+            d = tl.where(start - BLOCK_N + c < N, x.to(tl.float32) - k, 0.0)
+            s1 += tl.sum(d, 0)
+            s2 += tl.sum(d * d, 0)
+            x = x_next
+        mean_d = s1 / N
+        rstd = 1.0 / tl.sqrt(tl.maximum(s2 / N - mean_d * mean_d, 0.0) + eps)
+        mean = k + mean_d
+        # Pass 2, last step first (read last by pass 1: most likely still in L2).
+        cols = (tl.cdiv(N, BLOCK_N2) - 1) * BLOCK_N2 + c2
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0, eviction_policy="evict_first")
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0)
+        for j in tl.range(0, tl.cdiv(N, BLOCK_N2)):
+            nxt = cols - BLOCK_N2
+            ok = nxt >= 0  # (nxt < N: the step before a row's last is whole)
+            x_next = tl.load(x_row + nxt * stride_xn, mask=ok, other=0.0, eviction_policy="evict_first")
+            w_next = tl.load(w_ptr + nxt, mask=ok, other=0.0)
+            b_next = tl.load(b_ptr + nxt, mask=ok, other=0.0)
+            y = (x.to(tl.float32) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+            tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=cols < N, eviction_policy="evict_first")
+            cols = nxt
+            x = x_next
+            w = w_next
+            b = b_next
+
+
+@triton.jit
 def _layernorm_partial(x, k, cols, N, part_ptr):
     # A chunk's (sum d, sum d^2), d = x - k, to part_ptr[0:2].
     d = tl.where(cols < N, x - k, 0.0)
@@ -326,6 +377,9 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
                                                   **meta)
     elif plan.mode == "stream":
         _layernorm_stream_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, **meta)
+    elif plan.mode == "reread":
+        _layernorm_reread_kernel[(plan.grid,)](x, w, b, y, M, N, sxm, sxn, N, LAYERNORM_EPS, BLOCK_N2=plan.block_n2,
+                                               **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -554,7 +608,7 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
-                           tile_prefetch=True, streams=True)
+                           tile_prefetch=True, streams=True, rereads=True)
 
 
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):

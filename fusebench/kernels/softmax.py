@@ -472,6 +472,57 @@ def _double_softmax_stream_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
 
 
 @triton.jit
+def _double_softmax_reread_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stride_zm,
+                                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr):
+    # See utils.RowPlan ("reread") and norms._layernorm_reread_kernel: the first pass's running max
+    # and power sums are scalars, each big step reduced at once (rescaled by r^k = exp(k (m - m_new))
+    # when the max grows).
+    N = N // ALIGN * ALIGN
+    stride_xm = stride_xm // ALIGN * ALIGN
+    stride_zm = stride_zm // ALIGN * ALIGN
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    c2 = tl.arange(0, BLOCK_N2)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        x_row = x_ptr + row * stride_xm
+        z_row = z_ptr + row * stride_zm
+        m = tl.full([], float("-inf"), tl.float32)
+        T1 = 0.0
+        T2 = 0.0
+        T3 = 0.0
+        T4 = 0.0
+        x = tl.load(x_row + c * stride_xn, mask=c < N, other=float("-inf"), eviction_policy="evict_last")
+        for start in tl.range(BLOCK_N, N + BLOCK_N, BLOCK_N):  # start: the next step's first column
+            x_next = tl.load(x_row + (start + c) * stride_xn, mask=start + c < N, other=float("-inf"),
+                             eviction_policy="evict_last")
+            xf = x.to(tl.float32)
+            m_new = tl.maximum(m, tl.max(xf, 0))
+            r = tl.exp(m - m_new)
+            r2 = r * r
+            e = tl.exp(xf - m_new)
+            e2 = e * e
+            T1 = T1 * r + tl.sum(e, 0)
+            T2 = T2 * r2 + tl.sum(e2, 0)
+            T3 = T3 * r2 * r + tl.sum(e2 * e, 0)
+            T4 = T4 * r2 * r2 + tl.sum(e2 * e2, 0)
+            m = m_new
+            x = x_next
+        inv1, inv2 = _second_normalizer(T1, T2, T3, T4, N)
+        # Pass 2, last step first (read last by pass 1: most likely still in L2).
+        cols = (tl.cdiv(N, BLOCK_N2) - 1) * BLOCK_N2 + c2
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf"), eviction_policy="evict_first")
+        for j in tl.range(0, tl.cdiv(N, BLOCK_N2)):
+            nxt = cols - BLOCK_N2
+            x_next = tl.load(x_row + nxt * stride_xn, mask=nxt >= 0, other=float("-inf"), eviction_policy="evict_first")
+            z = tl.exp(tl.exp(x.to(tl.float32) - m) * inv1) * inv2
+            tl.store(z_row + cols, z.to(z_row.dtype.element_ty), mask=cols < N, eviction_policy="evict_first")
+            cols = nxt
+            x = x_next
+
+
+@triton.jit
 def _double_softmax_partial(x, part_ptr):
     # A chunk's (max m_c, P_1 .. P_4) to part_ptr[0:5], P_k = sum of exp(x - m_c)^k.
     m = tl.max(x, 0)
@@ -571,6 +622,8 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         _double_softmax_loop_kernel[(plan.grid or M,)](x, z, M, N, sxm, sxn, N, STAGES=plan.stages, **meta)
     elif plan.mode == "stream":
         _double_softmax_stream_kernel[(plan.grid,)](x, z, M, N, sxm, sxn, N, **meta)
+    elif plan.mode == "reread":
+        _double_softmax_reread_kernel[(plan.grid,)](x, z, M, N, sxm, sxn, N, BLOCK_N2=plan.block_n2, **meta)
     elif plan.mode == "split":
         ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
         grid = (M * plan.splits,)
@@ -599,7 +652,8 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
     # streamed plans keep their steps (8192 columns measured fastest, session 8).  Split plans first:
     # before the streamed plans, they were the fastest for long rows at every row count measured.
     plans = [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+             for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+                                      rereads=True)
              if not (p.mode == "stream" and p.block_n > 8192)]  # 16384-column steps spill
     return sorted(plans, key=lambda p: p.mode != "split")
 

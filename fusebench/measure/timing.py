@@ -187,18 +187,70 @@ def _time_cuda(fn, device, st: TimingSettings, warm=None) -> TimeStats:
     caught_up = torch.cuda.Event()
     for i in range(reps):
         before()
-        if cover:
-            # The GPU waits here, not inside the timed region.  If it has already done all that was
-            # enqueued (a host slower than the flush and the warm call, e.g. beside other workers
-            # compiling), the spin starts now and the host has only `cover` to enqueue the call:
-            # give it a head start too (session 12: a few cells in ~2,500 at 1.2-4x their time).
-            caught_up.record()
-            torch.cuda._sleep(cover + (HEAD_START_CYCLES if caught_up.query() else 0))
+        _spin(cover, caught_up)
         starts[i].record()
         fn()
         ends[i].record()
     torch.cuda.synchronize(device)
     return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+
+
+def time_interleaved(fns: Sequence[Callable[[], object]], device: str, st: TimingSettings, rounds: int,
+                     warms: Sequence[Callable[[], object] | None] | None = None) -> list[list[float]]:
+    """Time several calls rep by rep in turn: each round times every call once, in an order that
+    reverses from round to round (A B, B A, ...), each rep as time_call times one (flush, the call's
+    warm call, the spin, the events).  Whatever drifts during the run -- clocks, the levels a small
+    call's time settles on after a flush -- then falls on all of them alike, so that their ratio
+    is sharper than from two separate timings (bench/paired.py).  Returns each call's samples (us).
+    On the CPU: host timings, interleaved the same way."""
+    warms = list(warms) if warms is not None else [None] * len(fns)
+    order = list(range(len(fns)))
+    samples: list[list[float]] = [[] for _ in fns]
+    if not device.startswith("cuda"):
+        for f in fns:
+            f()
+        for r in range(rounds):
+            for i in (order if r % 2 == 0 else order[::-1]):
+                t = time.perf_counter()
+                fns[i]()
+                samples[i].append((time.perf_counter() - t) * 1e6)
+        return samples
+    flush = _flush_buffer(device) if st.flush_l2 else None
+    covers = []
+    for f, w in zip(fns, warms):
+        f()
+        if w is not None:
+            w()
+        torch.cuda.synchronize(device)
+        covers.append(_host_cover_cycles(f, device) if st.host_cover and hasattr(torch.cuda, "_sleep") else 0)
+    caught_up = torch.cuda.Event()
+    for r in range(rounds):
+        events = []
+        for i in (order if r % 2 == 0 else order[::-1]):
+            if flush is not None:
+                _flush_l2(flush, st.flush_mode)
+                if warms[i] is not None:
+                    warms[i]()
+            _spin(covers[i], caught_up)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[i]()
+            end.record()
+            events.append((i, start, end))
+        torch.cuda.synchronize(device)
+        for i, start, end in events:
+            samples[i].append(start.elapsed_time(end) * 1e3)
+    return samples
+
+
+def _spin(cover: int, caught_up) -> None:
+    """The spin before a start event: the GPU waits here, not inside the timed region.  If it has
+    already done all that was enqueued (a host slower than the flush and the warm call, e.g. beside
+    other workers compiling), the spin starts now and the host has only `cover` to enqueue the call:
+    give it a head start too (session 12: a few cells in ~2,500 at 1.2-4x their time)."""
+    if cover:
+        caught_up.record()
+        torch.cuda._sleep(cover + (HEAD_START_CYCLES if caught_up.query() else 0))
 
 
 def _time_host(fn, st: TimingSettings) -> TimeStats:
