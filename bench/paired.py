@@ -67,6 +67,11 @@ def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rou
     args = case.make_inputs(shape, dtype, device, SEEDS[0])
     other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
     ref = case.run_reference(args)
+    settings = TimingSettings()
+    # the warm call as the runner decides it: on a GPU, for calls of up to warm_call_max_bytes of traffic
+    traffic = case.min_bytes(shape, dtype) or sum(a.numel() * a.element_size() for a in args
+                                                  if isinstance(a, torch.Tensor))
+    warm = device.startswith("cuda") and traffic <= settings.warm_call_max_bytes
     fns, warms = [], []
     for name in impl_names:
         why = get_impl(name).supports(case, shape, dtype, device)
@@ -82,10 +87,10 @@ def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rou
             row["verdict"] = f"{name} wrong: {acc.tol_ratio:.3g}x the tolerance"
             return row
         fns.append(functools.partial(_call, prepared, args))
-        warms.append(warm_call(functools.partial(_call, prepared, other), args) if device.startswith("cuda") else None)
+        warms.append(warm_call(functools.partial(_call, prepared, other), args) if warm else None)
     del ref
     with torch.no_grad():
-        a_us, b_us = time_interleaved(fns, device, TimingSettings(), rounds, warms)
+        a_us, b_us = time_interleaved(fns, device, settings, rounds, warms)
     speedup, lo, hi = speedup_interval(a_us, b_us)
     row.update(a_us=round(float(np.median(a_us)), 3), b_us=round(float(np.median(b_us)), 3),
                speedup=round(speedup, 4), lo=round(lo, 4), hi=round(hi, 4), rounds=rounds,
