@@ -1,6 +1,6 @@
 """Row-wise softmax, softmax of a softmax, and the softmax backward, fused.
 
-Each case has five launch plans (see utils.RowPlan):
+Each case has five launch plans, double_softmax six (see utils.RowPlan):
 
 * tile:  a program holds whole rows in registers: one read, one write, one launch.
 * loop:  rows too long for one program, many rows: a program makes two passes over a row (the
@@ -16,6 +16,8 @@ Each case has five launch plans (see utils.RowPlan):
 * coop:  as split, but the programs of a row keep their chunks in registers and meet at a
          per-row barrier (utils.row_barrier_wait) instead of a second launch: one read, one
          launch.  GPU only (cooperative launch).
+* reread (double_softmax): persistent programs whose first pass takes big steps, each reduced
+         at once to scalars, and whose second pass re-reads the row from L2 in smaller steps.
 
 The chunk-level pieces (a chunk's partial results, a row's combination of them) are helpers
 shared by the split and coop kernels.
