@@ -35,7 +35,7 @@ Heuristics (documented here once, used by every memory-bound kernel):
   leaves DRAM idle: 0.6-0.75) for softmax_backward, whose two inputs double a loop's reuse
   distance.  `reread` (session 13) reduces each first-pass step at once, so that its steps can be
   whole 32768-column rows: at 4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows
-  in registers: 0.86, one program per SM with nothing in flight while it reduces and stores).
+  in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
   row starts aligned and the mask uniform over each vector, which it knows only for sizes and
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
