@@ -32,8 +32,8 @@ import torch
 from fusebench.cases.base import DTYPES, get_case, parse_shape
 from fusebench.impls.base import get_impl
 from fusebench.measure.accuracy import compare
-from fusebench.measure.timing import TimingSettings, time_interleaved, warm_call
-from fusebench.runner.cell import SEEDS, WARM_CALL_SEED
+from fusebench.measure.timing import TimingSettings, time_interleaved
+from fusebench.runner.cell import SEEDS, _warm_call
 
 
 def speedup_interval(a_us, b_us, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -54,9 +54,9 @@ def verdict(lo: float, hi: float, threshold: float) -> str:
     return "undecided"
 
 
-def _call(prepared, args):
+def _in_context(prepared, fn, *args):
     with prepared.context():  # host side: outside the GPU time (measure.timing's spin)
-        return prepared.fn(*args)
+        return fn(*args)
 
 
 def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rounds: int,
@@ -65,13 +65,8 @@ def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rou
     dtype = DTYPES[dtype_name]
     row = dict(case=case_name, shape="x".join(map(str, shape)), dtype=dtype_name, a=impl_names[0], b=impl_names[1])
     args = case.make_inputs(shape, dtype, device, SEEDS[0])
-    other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
     ref = case.run_reference(args)
     settings = TimingSettings()
-    # the warm call as the runner decides it: on a GPU, for calls of up to warm_call_max_bytes of traffic
-    traffic = case.min_bytes(shape, dtype) or sum(a.numel() * a.element_size() for a in args
-                                                  if isinstance(a, torch.Tensor))
-    warm = device.startswith("cuda") and traffic <= settings.warm_call_max_bytes
     fns, warms = [], []
     for name in impl_names:
         why = get_impl(name).supports(case, shape, dtype, device)
@@ -86,8 +81,10 @@ def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rou
         if acc is not None and not acc.passed:
             row["verdict"] = f"{name} wrong: {acc.tol_ratio:.3g}x the tolerance"
             return row
-        fns.append(functools.partial(_call, prepared, args))
-        warms.append(warm_call(functools.partial(_call, prepared, other), args) if warm else None)
+        fns.append(functools.partial(_in_context, prepared, prepared.fn, *args))
+        # the runner's warm call (on a GPU, up to warm_call_max_bytes of traffic; else None)
+        warm = _warm_call(case, prepared, args, shape, dtype, device, settings, case.min_bytes(shape, dtype))
+        warms.append(None if warm is None else functools.partial(_in_context, prepared, warm))
     del ref
     with torch.no_grad():
         a_us, b_us = time_interleaved(fns, device, settings, rounds, warms)
