@@ -12,7 +12,8 @@ what drifts during the run falls on both alike.  Before timing, each implementat
 checked against the float64 reference (one seed; not that of a ceiling such as memcpy, which
 computes part of the case on purpose); a wrong one is reported and not timed.
 
-Per shape it prints both medians, the speedup of the first implementation over the second (the
+Per shape it prints both medians, what each implementation's first call chose (our kernels: the
+autotuned launch plan, which can differ from one process to the next), the speedup of the first implementation over the second (the
 second's median over the first's), a 95% bootstrap interval of that speedup (resampling rounds),
 and a verdict against --threshold (default 0.95): "below" when the whole interval is under it,
 "not below" when the whole interval is at or above it, "undecided" otherwise.  CUDA only for
@@ -81,6 +82,8 @@ def measure(case_name: str, shape, impl_names, dtype_name: str, device: str, rou
         if acc is not None and not acc.passed:
             row["verdict"] = f"{name} wrong: {acc.tol_ratio:.3g}x the tolerance"
             return row
+        # what its first call chose (our kernels: the autotuned plan), so that runs can be compared
+        row[f"{'ab'[len(fns)]}_plan"] = prepared.note_after() or prepared.note or ""
         fns.append(functools.partial(_in_context, prepared, prepared.fn, *args))
         # the runner's warm call (on a GPU, up to warm_call_max_bytes of traffic; else None)
         warm = _warm_call(case, prepared, args, shape, dtype, device, settings, case.min_bytes(shape, dtype))
@@ -123,11 +126,14 @@ def main(argv=None) -> int:
         rows.append(row)
         if "speedup" in row:
             print(f"{a.case} {row['shape']:>11s} {impls[0]} {row['a_us']:9.3f} us  {impls[1]} {row['b_us']:9.3f} us  "
-                  f"{impls[0]} {row['speedup']:.3f}x [{row['lo']:.3f}, {row['hi']:.3f}]  {row['verdict']}", flush=True)
+                  f"{impls[0]} {row['speedup']:.3f}x [{row['lo']:.3f}, {row['hi']:.3f}]  {row['verdict']}"
+                  + "".join(f"\n    {name}: {row[k]}" for name, k in zip(impls, ("a_plan", "b_plan")) if row.get(k)),
+                  flush=True)
         else:
             print(f"{a.case} {row['shape']:>11s} {row['verdict']}", flush=True)
     if a.csv:
-        fields = ["case", "shape", "dtype", "a", "b", "a_us", "b_us", "speedup", "lo", "hi", "rounds", "verdict"]
+        fields = ["case", "shape", "dtype", "a", "b", "a_us", "b_us", "speedup", "lo", "hi", "rounds", "verdict",
+                  "a_plan", "b_plan"]
         new = not os.path.exists(a.csv)
         with open(a.csv, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)

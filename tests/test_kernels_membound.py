@@ -124,6 +124,8 @@ LONG_PLANS = {
 HORIZONTAL_LOOPS = {
     "loop_rows": utils.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
     "loop_rows_pipelined": utils.loop_plan(128, 4, rows=4, grid=1, stages=2),
+    "loop_evict_first": dataclasses.replace(utils.loop_plan(64, 4), evict_first=True),
+    "split_evict_first": dataclasses.replace(utils.split_plan(700, 64), evict_first=True),
 }
 
 
@@ -140,6 +142,13 @@ def test_horizontal_plans_loop_short_rows():
     modes = [p.mode for p in khor.horizontal_plans(4096, 4096, "cuda" if ON_GPU else "cpu")]
     assert modes[0] == "tile" and "loop" in modes and "coop" not in modes
     assert all(p.mode == "tile" for p in khor.horizontal_plans(4096, 512, DEVICE))
+
+
+def test_horizontal_evict_first_candidates_only_with_cos():
+    # without the cos output every plan loads evict_first anyway: no duplicates to time
+    assert not any(p.evict_first for p in khor.horizontal_plans(512, 8192, DEVICE))
+    with_cos = khor.horizontal_plans(512, 8192, DEVICE, with_cos=True)
+    assert [p.mode for p in with_cos if p.evict_first] == ["tile", "loop"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -241,6 +250,24 @@ def test_transposed_output_is_row_major(plan):
     check("bias_dropout_add_transposed", out, args)
 
 
+@pytest.mark.parametrize("shape", [(70, 130), (33, 257)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_COLUMN_MAJOR_PLANS + [utils.TilePlan(16, 32, 4, group_m=3, out_t=True)],
+                         ids=lambda p: f"{p.block_m}x{p.block_n}g{p.group_m}")
+def test_transposed_column_major_output(plan, shape):
+    # eager's layout: stored (N, M), so the result's transpose is contiguous; odd M (33) leaves
+    # the (N, M) rows without 16-byte vectors, padded `inp` rows test its row stride
+    args = inputs("bias_dropout_add_transposed", shape, torch.float32, seed=3)
+    args = (strided(args[0], "rows"),) + args[1:]
+    out = kpw.bias_dropout_add_transposed_impl(*args, plan=plan)
+    assert out.shape == shape and out.t().is_contiguous() and not out.is_contiguous()
+    check("bias_dropout_add_transposed", out, args)
+
+
+def test_transposed_candidates_offer_both_layouts():
+    for shape in ((128, 16384), (8192, 8192)):
+        assert {p.out_t for p in kpw.transposed_plans(*shape, "cpu")} == {False, True}
+
+
 @pytest.mark.parametrize("group_m", [2, 3, 8])
 def test_transposed_grouped_order_covers_every_tile(group_m):
     # 70 rows in 16-row blocks: 5 row blocks, so the last group is ragged for 2 and 3, and one
@@ -336,6 +363,8 @@ def test_tile_2d_plans():
     # a small tensor: only small tiles (most programs), not one program holding it all
     assert utils.tile_2d_plans(1, 16384, min_programs=132) == [utils.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
     assert len(utils.tile_2d_plans(1, 2**24, min_programs=132)) == 4
+    # one spread tile left (256 programs of 1024): the smaller ones join it
+    assert utils.tile_2d_plans(1, 2**18, min_programs=132) == [utils.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
 
 
 def test_vector_align():
@@ -495,6 +524,33 @@ def test_gpu_autotune_times_candidates_with_the_warm_launch(monkeypatch):
     y = kpw.pointwise_chain_impl(x)
     assert seen and all(w is not None for w in seen)
     torch.testing.assert_close(y, get_case("pointwise_chain").fn(x))
+
+
+@gpu
+def test_gpu_autotune_retimes_close_candidates_interleaved(monkeypatch, tmp_path):
+    # candidates within the margin (here all of them) are timed again in turn; the kept one is the
+    # fastest of that second timing, and the log says so
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
+    monkeypatch.setattr(utils, "FINALIST_MARGIN", 10.0)
+    x = torch.randn(5, 1000, device="cuda")
+    out = torch.empty_like(x)
+    rounds = []
+    real = utils.time_interleaved
+
+    def spy(fns, device, st, n, warms=None):
+        rounds.append((len(fns), n))
+        return real(fns, device, st, n, warms)
+
+    monkeypatch.setattr(utils, "time_interleaved", spy)
+    best = utils.autotune(("test-finalists", 5, 1000), ["a", "b", "c"], lambda p, x, y: y.copy_(x * 2),
+                          "cuda", (x, out))
+    text = log.read_text()
+    assert len(rounds) == 1 and rounds[0][0] == 3 and 10 <= rounds[0][1] <= 50
+    finals = [line.split() for line in text.splitlines() if line.strip().startswith("final")]
+    assert len(finals) == 3 and f"kept {best}" in text
+    assert best == min(finals, key=lambda f: float(f[1]))[3]
+    torch.testing.assert_close(out, x * 2)
 
 
 @pytest.mark.parametrize("plan,kind", [(utils.TilePlan(4, 64, 4), "both"), (utils.TilePlan(4, 256, 4), "rows"),

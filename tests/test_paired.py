@@ -1,5 +1,7 @@
 """bench/paired.py and the interleaved timing under it (measure.timing.time_interleaved)."""
+import csv
 import importlib.util
+import os
 import pathlib
 import time
 
@@ -10,6 +12,8 @@ import torch
 from fusebench.measure.timing import TimingSettings, time_interleaved
 
 gpu = pytest.mark.gpu
+# tests/conftest.py sets TRITON_INTERPRET=1 when there is no GPU
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("paired", ROOT / "bench" / "paired.py")
 paired = importlib.util.module_from_spec(_spec)
@@ -69,3 +73,13 @@ def test_gpu_paired_timing_finds_a_call_twice_as_long():
     assert 1.6 < lo <= speedup <= hi < 2.4
     same = paired.speedup_interval(*time_interleaved([once, once], "cuda", TimingSettings(), rounds=40))
     assert 0.95 < same[1] <= same[2] < 1.05
+
+
+def test_records_the_plan_our_kernel_chose(tmp_path):
+    # the triton implementation's note after its first call (the autotuned plan on a GPU; here the
+    # interpreter's heuristic choice) goes with the timings, so that runs can be told apart
+    out = tmp_path / "p.csv"
+    assert paired.main(["pointwise_chain", "16x40", "--impls", "triton,eager", "--rounds", "2", "--device", DEVICE,
+                        "--csv", str(out)]) == 0
+    row = next(csv.DictReader(out.open()))
+    assert row["a_plan"].startswith("tiles ") and "warps" in row["a_plan"]

@@ -15,6 +15,7 @@ Neither needs a second look at a row, so every plan reads `a` exactly once, in o
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import torch
 import triton
@@ -144,8 +145,9 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
     # took horizontal_reduction_reduction from 43.1 to 37.6 us at 8192x4096 (cells' timing: the
     # L2 flush leaves dirty lines that a plain streaming read has to write back).  With the cos
     # output, and for the other memory-bound kernels, which write as much as they read, the same
-    # hint measured 2-6% slower at large shapes, so they do without it.
-    evict = "" if with_cos else "evict_first"
+    # hint measured 2-6% slower at large shapes, so they do without it; with the cos output it is
+    # a candidate of its own (RowPlan.evict_first, see horizontal_plans).
+    evict = "evict_first" if plan.evict_first or not with_cos else ""
     flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, EVICT=evict, num_warps=plan.num_warps)
     if plan.mode == "tile":
         grid = (utils.cdiv(M, plan.block_m),)
@@ -162,7 +164,7 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
             BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), **flags)
 
 
-def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
+def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, **kw):
     """utils.row_plans without the cooperative ones (these cases read each row once anyway).
 
     Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
@@ -171,7 +173,9 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
     program per group of rows or a persistent, pipelined grid.  One of them is the config
     Inductor's autotuner kept for horizontal_reduction_pointwise at 512x8192 on an H200 (one row
     per program, 2048-column steps, 16 warps; session 13, paired timing): chosen at 512x16384, now
-    1.01x Inductor (0.96x before); at 512x8192 ours stays at 0.92x in that config too."""
+    1.01x Inductor (0.96x before); at 512x8192 ours stays at 0.92x in that config too.  Inductor
+    loads `a` there evict_first, as ours does only without the cos output: `with_cos` adds the
+    first plan and that config with evict_first loads as candidates."""
     plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
     if 1024 <= N <= max_onchip:
         sms = utils.num_sms(device)
@@ -181,6 +185,9 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, **kw):
                       (4, 1024, 8, 0, None),
                       (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
                   if step <= utils.next_pow2(N)]
+    if with_cos:
+        inductors = [p for p in plans if (p.mode, p.block_m, p.block_n, p.num_warps, p.grid) == ("loop", 1, 2048, 16, 0)]
+        plans += [replace(p, evict_first=True) for p in plans[:1] + inductors]
     return utils.unique(plans)
 
 
@@ -202,7 +209,7 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
         operands = (a, out_sum, out_max, out_cos)
         if plan is None:
             plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
-                                      elem_size=a.element_size())
+                                      with_cos=with_cos, elem_size=a.element_size())
             plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device, operands)
         launch(plan, *operands)
     return out_sum, (out_cos if with_cos else out_max)

@@ -17,15 +17,18 @@ GELU: 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)), so the output is x
 This needs only exp (the interpreter cannot call libdevice's tanh) and saturates correctly for
 large |u| (exp(+big) = inf gives 0, exp(-big) = 0 gives x).
 
-Transposed layout: the output is (M, N) row-major, like `inp`, which is what the next layer of a
-model reads.  (Eager PyTorch returns a column-major (M, N) here: TensorIterator follows the
-layout of the transposed operands.)  A program loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t`
-and `residual_t` in their own (N, M) orientation, so that all three loads are coalesced; it adds
-bias and residual in that orientation, transposes the sum once on chip, adds `inp` and stores.
-Returning eager's layout instead (storing in the (N, M) orientation, `inp` transposed on chip: the
-access pattern of Inductor's kernel) measured no faster on an H200 (session 11: 0.96-1.04x this
-kernel at 2^28 elements, 2.09 against 1.93 ms at 65536x8192) and 3-10% slower than Inductor's own
-kernel with that pattern; what Inductor does differently there is not known (see the README).
+Transposed layout: the output is an (M, N) tensor in one of two layouts, whichever the autotuner
+measured faster for the shape (TilePlan.out_t): row-major, like `inp`, or column-major, the layout
+eager PyTorch (TensorIterator follows the transposed operands) and Inductor return.  A program
+loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t` and `residual_t` in
+their own (N, M) orientation, so that all three loads are coalesced, and transposes on chip once:
+row-major output adds bias and residual in their orientation, transposes the sum and adds `inp`;
+column-major output transposes `inp` and stores in the (N, M) orientation.  Row-major alone
+measured as fast or faster at large shapes on an H200 (session 11: the column-major store
+0.96-1.04x of it at 2^28 elements), but at few rows of many columns Inductor's column-major kernel
+beat it by 5-7% (session 13, paired timing: 128x16384, 256x16384, 128x32768); both layouts are
+candidates since session 14.  Either is a valid (M, N) result: callers that need one layout ask
+for it (.contiguous()).
 """
 from __future__ import annotations
 
@@ -146,17 +149,22 @@ def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stri
 
 @triton.jit
 def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stride_xm, stride_xn,
-                                        stride_bt0, stride_bt1, stride_rt0, stride_rt1, stride_ym,
+                                        stride_bt0, stride_bt1, stride_rt0, stride_rt1, stride_y,
                                         ALIGN_N: tl.constexpr, ALIGN_M: tl.constexpr,
-                                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+                                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+                                        OUT_T: tl.constexpr):
     # ALIGN_N divides N and the (M, N) operands' row strides, ALIGN_M divides M and the (N, M)
-    # operands' row strides: 16-byte vectors in both orientations.
+    # operands' row strides: 16-byte vectors in both orientations.  The output y is row-major (M, N)
+    # with row stride stride_y, or with OUT_T column-major: stored (N, M) with row stride stride_y.
     N = N // ALIGN_N * ALIGN_N
     stride_xm = stride_xm // ALIGN_N * ALIGN_N
-    stride_ym = stride_ym // ALIGN_N * ALIGN_N
     M = M // ALIGN_M * ALIGN_M
     stride_bt0 = stride_bt0 // ALIGN_M * ALIGN_M
     stride_rt0 = stride_rt0 // ALIGN_M * ALIGN_M
+    if OUT_T:
+        stride_y = stride_y // ALIGN_M * ALIGN_M
+    else:
+        stride_y = stride_y // ALIGN_N * ALIGN_N
     row0, col0, r, c, mask = _grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # bias_t / residual_t tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is operand[i, j],
     # stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
@@ -171,10 +179,16 @@ def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stri
     # in the sm_90 SASS).  In this order the three loads are in flight together.
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
-    # Add in the transposed orientation, then one on-chip transpose (through shared memory).
-    y = x + tl.trans(bt + rt)
-    tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
-             y.to(y_ptr.dtype.element_ty), mask=mask)
+    if OUT_T:
+        # inp transposed on chip; y[row0 + i, col0 + j] stored at y_t[col0 + j, row0 + i]
+        y = tl.trans(x) + (bt + rt)
+        tl.store(y_ptr + col0 * stride_y + row0 + c[:, None] * stride_y + r[None, :],
+                 y.to(y_ptr.dtype.element_ty), mask=mask_t)
+    else:
+        # add in the transposed orientation, then one on-chip transpose (through shared memory)
+        y = x + tl.trans(bt + rt)
+        tl.store(y_ptr + row0 * stride_y + col0 + r[:, None] * stride_y + c[None, :],
+                 y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,35 +308,43 @@ TRANSPOSED_SMALL_PLANS = [utils.TilePlan(32, 32, 4), utils.TilePlan(32, 64, 4), 
 TRANSPOSED_GROUPED_PLANS = [replace(p, group_m=g) for g in (8, 32) for p in TRANSPOSED_PLANS[::2]]
 
 
+# Column-major output (eager's and Inductor's layout, see the module docstring): Inductor's tiles
+# for it (32x32 with 4 warps at 128x16384, 64x64 with 8 at 32768x2048; session 13) and ours.
+TRANSPOSED_COLUMN_MAJOR_PLANS = [replace(p, out_t=True) for p in
+                                 (utils.TilePlan(64, 64, 8), utils.TilePlan(32, 32, 4), utils.TilePlan(64, 64, 4))]
+
+
 def transposed_plans(M: int, N: int, device) -> list[utils.TilePlan]:
     if utils.cdiv(M, 64) * utils.cdiv(N, 64) < 2 * utils.num_sms(device):
-        return TRANSPOSED_PLANS + TRANSPOSED_SMALL_PLANS
-    return TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS
+        return TRANSPOSED_PLANS + TRANSPOSED_SMALL_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS
+    return TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS
 
 
 def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
                                      plan: utils.TilePlan | None = None):
-    """residual_t.T + (inp + bias_t.T) as a row-major (M, N) tensor (see the module docstring)."""
+    """residual_t.T + (inp + bias_t.T) as an (M, N) tensor, row- or column-major as the plan says
+    (see the module docstring)."""
     inp, bias_t, residual_t = (utils.as_2d_strided(t) for t in (inp, bias_t, residual_t))
     M, N = inp.shape
     if bias_t.shape != (N, M) or residual_t.shape != (N, M):
         raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
-    y = torch.empty((M, N), dtype=torch.result_type(residual_t, inp), device=inp.device)
-    if y.numel() == 0:
-        return y
+    # One buffer for either layout: the plan decides how the kernel fills it and how it is viewed.
+    buf = torch.empty(M * N, dtype=torch.result_type(residual_t, inp), device=inp.device)
+    if buf.numel() == 0:
+        return buf.view(M, N)
 
     def launch(p, x, bt, rt, out):
         _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
-            x, bt, rt, out, M, N, *x.stride(), *bt.stride(), *rt.stride(), N,
-            ALIGN_N=_align(N, x, out), ALIGN_M=_align(M, bt, rt),
-            BLOCK_M=p.block_m, BLOCK_N=p.block_n, GROUP_M=p.group_m, num_warps=p.num_warps)
+            x, bt, rt, out, M, N, *x.stride(), *bt.stride(), *rt.stride(), M if p.out_t else N,
+            ALIGN_N=_align(N, x), ALIGN_M=_align(M, bt, rt), BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+            GROUP_M=p.group_m, OUT_T=p.out_t, num_warps=p.num_warps)
 
-    operands = (inp, bias_t, residual_t, y)
+    operands = (inp, bias_t, residual_t, buf)
     if plan is None:
         plan = utils.autotune(("bias_dropout_add_transposed", *utils.key_of(inp, bias_t, residual_t)),
                               functools.partial(transposed_plans, M, N, inp.device), launch, inp.device, operands)
     launch(plan, *operands)
-    return y
+    return buf.view(N, M).t() if plan.out_t else buf.view(M, N)
 
 
 def _describe_tiles(shape, dtype):
@@ -345,6 +367,6 @@ def bias_dropout_add(inp, bias, residual):
 
 
 @triton_kernel("bias_dropout_add_transposed", interpretable=True,
-               describe=lambda shape, dtype: "transpose-aware tiles, row-major output")
+               describe=lambda shape, dtype: "transpose-aware tiles, row- or column-major output")
 def bias_dropout_add_transposed(inp, bias_t, residual_t):
     return bias_dropout_add_transposed_impl(inp, bias_t, residual_t)

@@ -63,7 +63,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.measure.timing import TimeStats, TimingSettings, time_call, warm_call
+from fusebench.measure.timing import TimeStats, TimingSettings, time_call, time_interleaved, warm_call
 
 T = TypeVar("T")
 
@@ -161,17 +161,22 @@ class RowPlan:
     stages: int | None = None
     # reread: the second pass's step
     block_n2: int = 0
+    # Load the input evict_first (the horizontal kernels, which otherwise do so only when they
+    # write no cos output: see horizontal._launch).
+    evict_first: bool = False
 
     def describe(self) -> str:
         if self.mode == "tile":
             early = ", parameters loaded with the rows" if self.prefetch else ""
-            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early})"
+            evict = ", evict_first loads" if self.evict_first else ""
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early}{evict})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = (", next step prefetched" if self.stages == 1 else
                       f", loads pipelined {self.stages} deep" if self.stages else "")
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
-            return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages})"
+            evict = ", evict_first loads" if self.evict_first else ""
+            return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages}{evict})"
         if self.mode == "stream":
             return f"streamed rows (step {self.block_n}, {self.num_warps} warps, {self.grid} programs)"
         if self.mode == "reread":
@@ -315,10 +320,13 @@ class TilePlan:
     # Launch order: 1, column blocks fastest; g > 1, g row blocks down before the next column block
     # (kernels that accept it: the transposed one, whose (N, M) operands are contiguous along M).
     group_m: int = 1
+    # Column-major output (kernels that accept it: the transposed one, see pointwise.py).
+    out_t: bool = False
 
     def describe(self) -> str:
         order = f", {self.group_m} row blocks grouped" if self.group_m > 1 else ""
-        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps{order}"
+        layout = ", column-major output" if self.out_t else ""
+        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps{order}{layout}"
 
 
 def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024),
@@ -332,14 +340,18 @@ def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 102
     tensor is small and latency-bound: it gets tiles of 1024, 512, 256 and 128 elements (4 warps),
     so that it is spread over as many SMs as it can fill, each thread with up to two vectors (the
     128-element tile, one element per thread, is what Inductor kept at 128x128 on an H200, where
-    ours ran at 0.82x Inductor's speed without it: session 12, call 7)."""
+    ours ran at 0.82x Inductor's speed without it: session 12, call 7).  Where only one tile is
+    left (e.g. 256x1024: 256 tiles of 1024, the others too few), the tensor is nearly that small:
+    the smaller tiles are candidates too (pointwise_chain 256x1024 was 0.95x Inductor with one
+    candidate: session 13, paired timing)."""
     def tile(size):
         bn = min(size, max(16, next_pow2(N))) if M == 1 else min(1024, size, max(16, next_pow2(N)))
         bm = max(1, min(size // bn, next_pow2(M)))
         return TilePlan(bm, bn, num_warps_for(bm * bn, per_thread=16, lo=4, hi=32))
 
     spread = [p for p in map(tile, sizes) if cdiv(M, p.block_m) * cdiv(N, p.block_n) >= min_programs]
-    return unique(spread or [tile(size) for size in (1024, 512, 256, 128)])
+    small = [tile(size) for size in (1024, 512, 256, 128)]
+    return unique(spread + small if len(spread) < 2 else spread)
 
 
 def unique(items: list[T]) -> list[T]:
@@ -381,7 +393,8 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     timed as cells are, see gpu_time_ms, with the warm call on copies of the operands, see
     shadow_operands) and keeps the fastest for later calls.  Elsewhere, or with
     FUSEBENCH_AUTOTUNE=0, the first candidate is used.  A candidate that fails to compile or launch
-    (e.g. out of shared memory) is skipped."""
+    (e.g. out of shared memory) is skipped.  Candidates within FINALIST_MARGIN of the fastest are
+    then timed again, interleaved (finalist), and the fastest of those is kept."""
     if key in _TUNED:
         _LAST_CHOICE[0] = _TUNED[key]
         return _TUNED[key]  # type: ignore[return-value]
@@ -402,17 +415,44 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
         timings.append((cand, ms))
         if ms < best_ms:
             best, best_ms = cand, ms
-    del shadow
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
+    close = [c for c, ms in sorted(timings, key=lambda t: t[1]) if ms <= best_ms * FINALIST_MARGIN][:FINALISTS]
+    final = finalist(close, launch, device, operands, shadow, best_ms) if len(close) > 1 else []
+    if final:
+        best = min(final, key=lambda t: t[1])[0]
+    del shadow
     _TUNED[key] = best
     _LAST_CHOICE[0] = best
     log_path = os.environ.get("FUSEBENCH_AUTOTUNE_LOG")
     if log_path:  # a file to append each decision to, with every candidate's time
         with open(log_path, "a") as f:
             f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
-                f"    failed: {e}\n" for e in errors))
+                f"    failed: {e}\n" for e in errors) + "".join(
+                f"    final {ms:9.4f} ms  {c}\n" for c, ms in final) + f"    kept {best}\n")
     return best
+
+
+# Separately timed medians of a few-microsecond kernel move by a few percent from one timing to the
+# next (clocks, the state a flush leaves), enough to swap near-equal candidates between processes
+# (session 13: the same shapes 0.94x and 1.00x Inductor in two runs).  The candidates within 5%
+# of the fastest are timed once more rep by rep in turn, where such drift falls on all alike.
+FINALIST_MARGIN = 1.05
+FINALISTS = 4
+
+
+def finalist(cands: Sequence[T], launch: Callable[..., object], device, operands, shadow,
+             best_ms: float, kernel_ms_budget: float = 100.0) -> list[tuple[T, float]]:
+    """(candidate, median ms) for `cands` timed interleaved (measure.timing.time_interleaved):
+    10 to 50 rounds, as many as fit about kernel_ms_budget of their run time."""
+    dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    fns = [functools.partial(launch, c, *operands) for c in cands]
+    warms = [None if shadow is None else warm_call(functools.partial(launch, c, *shadow), operands) for c in cands]
+    rounds = max(10, min(50, int(kernel_ms_budget / (best_ms * len(cands)))))
+    samples = time_interleaved(fns, str(dev), TimingSettings(), rounds, warms)
+    return [(c, sorted(t)[len(t) // 2] / 1e3) for c, t in zip(cands, samples)]
 
 
 def shadow_operands(operands: Sequence[torch.Tensor | None],
