@@ -479,6 +479,20 @@ def test_l2_flush_modes():
         _flush_l2(buf, "wipe")
 
 
+@gpu
+def test_gpu_discard_flush_keeps_other_buffers():
+    # "discard" drops only the flush buffer's own lines: a buffer written (dirty in L2) just before
+    # the flush keeps its data
+    from fusebench.measure.timing import _flush_buffer, _flush_l2
+
+    y = torch.arange(1 << 22, dtype=torch.int32, device="cuda")
+    for i in range(3):
+        y.add_(1)
+        _flush_l2(_flush_buffer("cuda:0"), "discard")
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.arange(1 << 22, dtype=torch.int32, device="cuda") + 3)
+
+
 def test_shadow_operands_copy_layout_alignment_and_values():
     # the autotuner's warm call launches on these: same shapes, strides and 16-byte alignment (so the
     # JIT picks the same binary), the inputs' values, in new memory; None passes through

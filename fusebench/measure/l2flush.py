@@ -8,7 +8,11 @@ older ones out.
 Those stores leave L2 full of dirty lines, and whoever evicts them writes them back to DRAM: the
 timed call, unless the flush does it first.  The read sweep loads a second buffer twice the L2's
 size, evict_last too, so that its clean lines replace the dirty ones and the write-back happens
-before the timed call (session 10: 3-5 us of a 65-70 us call at 128 MiB on an H200).  Imported only
+before the timed call (session 10: 3-5 us of a 65-70 us call at 128 MiB on an H200).
+
+Both leave L2 full of evict_last lines, which a call's own loads then compete with: lines it loads
+with no hint or evict_first are evicted before them.  Mode "discard" instead drops the stores'
+lines without writing them back (discard.global.L2): the timed call starts with an empty L2.  Imported only
 when a GPU call is timed, so that importing fusebench on the CPU does not compile anything.
 
 `touch_pages` reads one byte every 64 KiB of the timed call's inputs after the flush (see
@@ -35,6 +39,16 @@ def _read_evict_last_kernel(ptr, sink_ptr, n, BLOCK: tl.constexpr):
     total = tl.sum(tl.load(ptr + offs, mask=offs < n, other=0, eviction_policy="evict_last"), 0)
     if total == -123456789:
         tl.store(sink_ptr, total)
+
+
+@triton.jit
+def _discard_l2_kernel(ptr, n_lines, BLOCK: tl.constexpr):
+    # Program pid drops 128-byte lines [pid * BLOCK, (pid + 1) * BLOCK) of the int32 buffer from
+    # L2 without writing them back (PTX discard.global.L2; the buffer's contents become undefined).
+    # Past the end, the last line again (harmless) rather than a mask: the asm takes no predicate.
+    line = tl.minimum(tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), n_lines - 1)
+    tl.inline_asm_elementwise("discard.global.L2 [$1], 128;\n\tmov.u32 $0, 0;", "=r,l", [ptr + line * 32],
+                              dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -68,6 +82,13 @@ def zero_evict_last(buf: torch.Tensor) -> None:
     """Zero the int32 tensor `buf` with stores that carry L2's evict_last priority."""
     n = buf.numel()
     _zero_evict_last_kernel[(triton.cdiv(n, 8192),)](buf, n, BLOCK=8192, num_warps=8)
+
+
+def discard_l2(buf: torch.Tensor) -> None:
+    """Drop the int32 tensor `buf`'s lines from L2, dirty or not, without writing them back: its
+    contents are undefined afterwards (only for the flush's own buffer)."""
+    _discard_l2_kernel[(triton.cdiv(triton.cdiv(buf.numel(), 32), 1024),)](buf, triton.cdiv(buf.numel(), 32),
+                                                                          BLOCK=1024, num_warps=4)
 
 
 def read_evict_last(buf: torch.Tensor) -> None:

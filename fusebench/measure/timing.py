@@ -85,7 +85,7 @@ def _reps(per_call_ms: float, st: TimingSettings) -> int:
     return int(min(st.max_reps, max(st.min_reps, st.rep_ms / max(per_call_ms, 1e-6))))
 
 
-FLUSH_MODES = ("clean", "evict_last", "zero")
+FLUSH_MODES = ("clean", "evict_last", "zero", "discard")
 HEAD_START_CYCLES = 400_000  # ~200 us at ~2 GHz
 _FLUSH: dict[str, torch.Tensor] = {}
 
@@ -106,18 +106,22 @@ def _flush_l2(buf: torch.Tensor, mode: str) -> None:
     L2 evicts lower-priority lines first: lines loaded `evict_last` outlive a buffer written with
     ordinary stores however large; mode "evict_last" writes with such stores itself (l2flush.py).
     Mode "clean" then reads the other half with evict_last loads: their clean lines replace the
-    dirty ones, whose write-back to DRAM would otherwise fall inside the timed call."""
+    dirty ones, whose write-back to DRAM would otherwise fall inside the timed call.  Mode
+    "discard" drops the written lines from L2 instead (l2flush.discard_l2): no write-back, and an
+    empty L2 rather than one full of evict_last lines."""
     if mode not in FLUSH_MODES:
         raise ValueError(f"unknown L2 flush mode {mode!r}: {', '.join(FLUSH_MODES)}")
     written, swept = buf.chunk(2)
     if mode == "zero":
         written.zero_()
         return
-    from fusebench.measure.l2flush import read_evict_last, zero_evict_last
+    from fusebench.measure.l2flush import discard_l2, read_evict_last, zero_evict_last
 
     zero_evict_last(written)
     if mode == "clean":
         read_evict_last(swept)
+    elif mode == "discard":
+        discard_l2(written)
 
 
 def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
