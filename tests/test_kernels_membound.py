@@ -266,6 +266,15 @@ def test_transposed_column_major_output(plan, shape):
 def test_transposed_candidates_offer_both_layouts():
     for shape in ((128, 16384), (8192, 8192)):
         assert {p.out_t for p in kpw.transposed_plans(*shape, "cpu")} == {False, True}
+    # load hints only where the traffic is at most a few L2s
+    assert {p.evict for p in kpw.transposed_plans(128, 16384, "cpu")} == {"", "evict_first", "evict_last"}
+    assert {p.evict for p in kpw.transposed_plans(8192, 8192, "cpu")} == {""}
+
+
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_HINTED_PLANS, ids=lambda p: f"{p.block_m}x{p.block_n}{p.evict}{p.out_t}")
+def test_transposed_hinted_loads(plan):
+    args = inputs("bias_dropout_add_transposed", (70, 130), torch.float16, seed=6)
+    check("bias_dropout_add_transposed", kpw.bias_dropout_add_transposed_impl(*args, plan=plan), args)
 
 
 @pytest.mark.parametrize("group_m", [2, 3, 8])

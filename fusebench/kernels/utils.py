@@ -322,11 +322,15 @@ class TilePlan:
     group_m: int = 1
     # Column-major output (kernels that accept it: the transposed one, see pointwise.py).
     out_t: bool = False
+    # The loads' L2 eviction policy ("": none; the transposed kernel takes "evict_first" and
+    # "evict_last", see pointwise.TRANSPOSED_HINTED_PLANS).
+    evict: str = ""
 
     def describe(self) -> str:
         order = f", {self.group_m} row blocks grouped" if self.group_m > 1 else ""
         layout = ", column-major output" if self.out_t else ""
-        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps{order}{layout}"
+        evict = f", {self.evict} loads" if self.evict else ""
+        return f"tiles {self.block_m}x{self.block_n}, {self.num_warps} warps{order}{layout}{evict}"
 
 
 def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 1024),
