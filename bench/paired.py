@@ -13,10 +13,11 @@ checked against the float64 reference (one seed; not that of a ceiling such as m
 computes part of the case on purpose); a wrong one is reported and not timed.
 
 Per shape it prints both medians, what each implementation's first call chose (our kernels: the
-autotuned launch plan, which can differ from one process to the next), the speedup of the first implementation over the second (the
-second's median over the first's), a 95% bootstrap interval of that speedup (resampling rounds),
-and a verdict against --threshold (default 0.95): "below" when the whole interval is under it,
-"not below" when the whole interval is at or above it, "undecided" otherwise.  CUDA only for
+autotuned launch plan, which can differ from one process to the next), the speedup of the first
+implementation over the second (the second's median over the first's), a 95% bootstrap interval
+of that speedup (resampling rounds), and a verdict against --threshold (default 0.95): "below"
+when the whole interval is under it, "not below" when the whole interval is at or above it,
+"undecided" otherwise.  CUDA only for
 meaningful numbers; on the CPU it runs the same steps with host timings (for tests).
 """
 from __future__ import annotations

@@ -271,7 +271,8 @@ def test_transposed_candidates_offer_both_layouts():
     assert {p.evict for p in kpw.transposed_plans(8192, 8192, "cpu")} == {""}
 
 
-@pytest.mark.parametrize("plan", kpw.TRANSPOSED_HINTED_PLANS, ids=lambda p: f"{p.block_m}x{p.block_n}{p.evict}{p.out_t}")
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_HINTED_PLANS,
+                         ids=lambda p: f"{p.block_m}x{p.block_n}-{p.evict}-{'cols' if p.out_t else 'rows'}")
 def test_transposed_hinted_loads(plan):
     args = inputs("bias_dropout_add_transposed", (70, 130), torch.float16, seed=6)
     check("bias_dropout_add_transposed", kpw.bias_dropout_add_transposed_impl(*args, plan=plan), args)
@@ -619,3 +620,16 @@ def test_gpu_timing_gives_a_slow_host_a_head_start(monkeypatch):
     assert sum(c >= tm.HEAD_START_CYCLES for c in spins) >= 10  # found idle at most spins (x.add's cover is less)
     fast = tm.time_call(lambda: x.add(1), "cuda", settings)
     assert slow.median_us < fast.median_us + 5  # a starved call would take the host's 300 us
+
+
+def test_element_wise_hinted_candidates_only_for_small_traffic():
+    small = kpw.element_wise_plans(1, 2**18, "cpu", traffic=2 << 20)
+    assert {p.evict for p in small} == {"", "evict_first", "evict_last"}
+    assert {p.evict for p in kpw.element_wise_plans(1, 2**26, "cpu", traffic=512 << 20)} == {""}
+
+
+@pytest.mark.parametrize("evict", ["evict_first", "evict_last"])
+@pytest.mark.parametrize("name", ["pointwise_chain", "bias_gelu", "bias_dropout_add"])
+def test_element_wise_hinted_loads(name, evict):
+    args = inputs(name, (33, 130), torch.float32, seed=7)
+    check(name, IMPL[name](*args, plan=utils.TilePlan(8, 64, 4, evict=evict)), args)

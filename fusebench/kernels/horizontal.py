@@ -186,7 +186,8 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, 
                       (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
                   if step <= utils.next_pow2(N)]
     if with_cos:
-        inductors = [p for p in plans if (p.mode, p.block_m, p.block_n, p.num_warps, p.grid) == ("loop", 1, 2048, 16, 0)]
+        inductors = [p for p in plans
+                     if (p.mode, p.block_m, p.block_n, p.num_warps, p.grid) == ("loop", 1, 2048, 16, 0)]
         plans += [replace(p, evict_first=True) for p in plans[:1] + inductors]
     return utils.unique(plans)
 

@@ -91,14 +91,14 @@ def _grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 @triton.jit
 def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
                             ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            GRID: tl.constexpr):
+                            GRID: tl.constexpr, EVICT: tl.constexpr):
     N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     # tile base (64-bit scalar) + in-tile offsets (32-bit)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     y = tl.cos(x)
     x = x * y
     y = tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)  # torch.max propagates NaN
@@ -109,13 +109,14 @@ def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 @triton.jit
 def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b, stride_ym,
-                      ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr):
+                      ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr,
+                      EVICT: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     # The bias slice for this tile's columns, loaded once and broadcast over its rows.
     b = tl.load(b_ptr + col0 * stride_b + c * stride_b, mask=c < N - col0, other=0.0).to(tl.float32)
     x = x + b[None, :]
@@ -129,7 +130,7 @@ def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b,
 def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_bm, stride_bn,
                              stride_rm, stride_rn, stride_ym,
                              ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             GRID: tl.constexpr):
+                             GRID: tl.constexpr, EVICT: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_bm = stride_bm // ALIGN * ALIGN
@@ -137,11 +138,11 @@ def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stri
     stride_ym = stride_ym // ALIGN * ALIGN
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
     x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     b = tl.load(b_ptr + row0 * stride_bm + col0 * stride_bn + r[:, None] * stride_bm + c[None, :] * stride_bn,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     res = tl.load(res_ptr + row0 * stride_rm + col0 * stride_rn + r[:, None] * stride_rm + c[None, :] * stride_rn,
-                  mask=mask, other=0.0).to(tl.float32)
+                  mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     # dropout(p, training=False) is the identity
     tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
              (res + (x + b)).to(y_ptr.dtype.element_ty), mask=mask)
@@ -208,9 +209,22 @@ def _run(name, operands, launch, plan):
     out = operands[-1]
     if plan is None:
         M, N = out.shape
-        plans = functools.partial(utils.tile_2d_plans, M, N, min_programs=utils.num_sms(out.device))
+        traffic = sum(t.numel() * t.element_size() for t in operands)
+        plans = functools.partial(element_wise_plans, M, N, out.device, traffic)
         plan = utils.autotune((name, *utils.key_of(*operands)), plans, launch, out.device, operands)
     launch(plan, *operands)
+
+
+# Tensors of at most HINTED_MAX_BYTES of traffic (a few L2s) also try the heuristic's first two
+# tiles with evict_first and evict_last loads (see TRANSPOSED_HINTED_PLANS for why).
+HINTED_MAX_BYTES = 256 << 20
+
+
+def element_wise_plans(M: int, N: int, device, traffic: int) -> list[utils.TilePlan]:
+    plans = utils.tile_2d_plans(M, N, min_programs=utils.num_sms(device))
+    if traffic <= HINTED_MAX_BYTES:
+        plans += [replace(p, evict=e) for e in ("evict_first", "evict_last") for p in plans[:2]]
+    return plans
 
 
 def _align(n, *ts: torch.Tensor) -> int:
@@ -242,7 +256,7 @@ def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
     def launch(p, x, y):
         _pointwise_chain_kernel[_grid(M, N, p)](x, y, M, N, *x.stride(), y.stride(0), ALIGN=_align(N, x, y),
                                                 BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
-                                                num_warps=p.num_warps)
+                                                EVICT=p.evict, num_warps=p.num_warps)
 
     _run("pointwise_chain", (xs, ys), launch, plan)
     return y
@@ -260,7 +274,7 @@ def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: utils.TilePlan |
     def launch(p, x, b, out):
         _bias_gelu_kernel[_grid(M, N, p)](x, b, out, M, N, *x.stride(), b.stride(0), N, ALIGN=_align(N, x, out),
                                           BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
-                                          num_warps=p.num_warps)
+                                          EVICT=p.evict, num_warps=p.num_warps)
 
     _run("bias_gelu", (inp, bias, y), launch, plan)
     return y
@@ -280,7 +294,8 @@ def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch
     def launch(p, x, b, r, out):
         _bias_dropout_add_kernel[_grid(M, N, p)](x, b, r, out, M, N, *x.stride(), *b.stride(), *r.stride(),
                                                  out.stride(0), ALIGN=_align(N, x, b, r, out), BLOCK_M=p.block_m,
-                                                 BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), num_warps=p.num_warps)
+                                                 BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), EVICT=p.evict,
+                                                 num_warps=p.num_warps)
 
     _run("bias_dropout_add", (xs, bs, rs, ys), launch, plan)
     return y
@@ -325,7 +340,6 @@ TRANSPOSED_COLUMN_MAJOR_PLANS = [replace(p, out_t=True) for p in
 TRANSPOSED_HINTED_PLANS = [replace(p, evict=e) for e in ("evict_last", "evict_first")
                            for p in (utils.TilePlan(64, 64, 8), utils.TilePlan(128, 64, 8),
                                      utils.TilePlan(64, 64, 8, out_t=True))]
-HINTED_MAX_BYTES = 256 << 20
 
 
 def transposed_plans(M: int, N: int, device, elem_size: int = 4) -> list[utils.TilePlan]:
