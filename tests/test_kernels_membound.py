@@ -263,12 +263,21 @@ def test_transposed_column_major_output(plan, shape):
     check("bias_dropout_add_transposed", out, args)
 
 
+@pytest.mark.parametrize("plan", kpw.column_order_plans(70), ids=lambda p: f"{p.num_warps}w-{p.out_t}")
+def test_transposed_column_order(plan):
+    # one group holds all 2 row blocks of 70 rows: every column block walked down in turn
+    assert plan.group_m == 2
+    args = inputs("bias_dropout_add_transposed", (70, 130), torch.float32, seed=8)
+    check("bias_dropout_add_transposed", kpw.bias_dropout_add_transposed_impl(*args, plan=plan), args)
+
+
 def test_transposed_candidates_offer_both_layouts():
     for shape in ((128, 16384), (8192, 8192)):
         assert {p.out_t for p in kpw.transposed_plans(*shape, "cpu")} == {False, True}
     # load hints only where the traffic is at most a few L2s
     assert {p.evict for p in kpw.transposed_plans(128, 16384, "cpu")} == {"", "evict_first", "evict_last"}
     assert {p.evict for p in kpw.transposed_plans(8192, 8192, "cpu")} == {""}
+    assert set(kpw.column_order_plans(32768)) <= set(kpw.transposed_plans(32768, 8192, "cpu"))
 
 
 @pytest.mark.parametrize("plan", kpw.TRANSPOSED_HINTED_PLANS,
@@ -290,7 +299,7 @@ def test_transposed_grouped_order_covers_every_tile(group_m):
 def test_transposed_small_tensors_get_small_tiles():
     big = kpw.transposed_plans(8192, 8192, "cpu")
     assert big[:len(kpw.TRANSPOSED_PLANS)] == kpw.TRANSPOSED_PLANS
-    assert {p.group_m for p in big} == {1, 8, 32}
+    assert {p.group_m for p in big} == {1, 8, 32, 8192 // 64}  # the last: column order
     assert set(kpw.TRANSPOSED_SMALL_PLANS) <= set(kpw.transposed_plans(70, 130, "cpu"))
 
 

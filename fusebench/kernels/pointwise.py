@@ -342,11 +342,21 @@ TRANSPOSED_HINTED_PLANS = [replace(p, evict=e) for e in ("evict_last", "evict_fi
                                      utils.TilePlan(64, 64, 8, out_t=True))]
 
 
+def column_order_plans(M: int) -> list[utils.TilePlan]:
+    """64x64 tiles in column order -- every row block of a column block before the next one (one
+    group of all row blocks), the order of Inductor's 2-D grid here -- with either output layout.
+    Column-major output in this order reads and writes the (N, M) tensors along their rows.  For
+    32768x8192 and 65536x4096 (the (N, M) row strides 128 and 256 KiB), where every other plan
+    was 4-7% slower than at 16384x16384 (session 14, call 4, 4x H200; session 11 the same)."""
+    return [utils.TilePlan(64, 64, w, group_m=utils.cdiv(M, 64), out_t=t) for t in (True, False) for w in (8, 4)]
+
+
 def transposed_plans(M: int, N: int, device, elem_size: int = 4) -> list[utils.TilePlan]:
     hinted = TRANSPOSED_HINTED_PLANS if 4 * M * N * elem_size <= HINTED_MAX_BYTES else []
     if utils.cdiv(M, 64) * utils.cdiv(N, 64) < 2 * utils.num_sms(device):
         return TRANSPOSED_PLANS + TRANSPOSED_SMALL_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
-    return TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
+    return utils.unique(TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
+                        + column_order_plans(M))
 
 
 def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
