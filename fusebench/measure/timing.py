@@ -50,8 +50,9 @@ class TimingSettings:
     max_reps: int = 1000
     flush_l2: bool = True
     # How: "clean" (evict_last stores, then an evict_last read sweep that leaves L2 clean: the
-    # default), "evict_last" (the stores alone, sessions 6-9) or "zero" (ordinary stores, as do_bench
-    # and fusebench before session 6); runs store which.
+    # default), "evict_last" (the stores alone, sessions 6-9), "zero" (ordinary stores, as do_bench
+    # and fusebench before session 6) or "discard" (the stores' lines dropped: an empty L2, session
+    # 14); runs store which.
     flush_mode: str = "clean"
     # Spin the GPU before each start event so host launch cost stays out of `time` (see
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
