@@ -85,14 +85,15 @@ def candidates(name, args):
     if name == "double_softmax":
         return ksm.double_softmax_plans(M, N, dev, elem_size=args[0].element_size())
     if name.startswith("horizontal"):
-        return kh.horizontal_plans(M, N, dev, elem_size=args[0].element_size())
+        return kh.horizontal_plans(M, N, dev, with_cos=name.endswith("pointwise"), elem_size=args[0].element_size())
     if name in ROWWISE:
         return utils.row_plans(M, N, dev, elem_size=args[0].element_size())
     if name == "bias_dropout_add_transposed":
-        return kpw.TRANSPOSED_PLANS
+        return kpw.transposed_plans(M, N, dev, args[0].element_size())
+    traffic = sum(a.numel() * a.element_size() for a in args) + M * N * args[0].element_size()  # + the output
     if name == "bias_gelu" or not all(a.is_contiguous() for a in args):
-        return utils.tile_2d_plans(M, N)
-    return utils.tile_2d_plans(1, M * N)  # contiguous operands are viewed as one row
+        return kpw.element_wise_plans(M, N, dev, traffic)
+    return kpw.element_wise_plans(1, M * N, dev, traffic)  # contiguous operands are viewed as one row
 
 
 def impl_of(name):
