@@ -17,8 +17,8 @@ autotuned launch plan, which can differ from one process to the next), the speed
 implementation over the second (the second's median over the first's), a 95% bootstrap interval
 of that speedup (resampling rounds), and a verdict against --threshold (default 0.95): "below"
 when the whole interval is under it, "not below" when the whole interval is at or above it,
-"undecided" otherwise.  CUDA only for
-meaningful numbers; on the CPU it runs the same steps with host timings (for tests).
+"undecided" otherwise.  CUDA only for meaningful numbers; on the CPU it runs the same steps with
+host timings (for tests).
 """
 from __future__ import annotations
 

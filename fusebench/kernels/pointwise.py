@@ -23,12 +23,12 @@ eager PyTorch (TensorIterator follows the transposed operands) and Inductor retu
 loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t` and `residual_t` in
 their own (N, M) orientation, so that all three loads are coalesced, and transposes on chip once:
 row-major output adds bias and residual in their orientation, transposes the sum and adds `inp`;
-column-major output transposes `inp` and stores in the (N, M) orientation.  Row-major alone
-measured as fast or faster at large shapes on an H200 (session 11: the column-major store
-0.96-1.04x of it at 2^28 elements), but at few rows of many columns Inductor's column-major kernel
-beat it by 5-7% (session 13, paired timing: 128x16384, 256x16384, 128x32768); both layouts are
-candidates since session 14.  Either is a valid (M, N) result: callers that need one layout ask
-for it (.contiguous()).
+column-major output transposes `inp` and stores in the (N, M) orientation.  Either is a valid
+(M, N) result (callers that need one layout ask for it with .contiguous()).  On an H200 (session
+14, paired timing against Inductor): column-major output with tiles in column order
+(column_order_plans) took 32768x8192, 65536x4096 and 32768x2048 from 0.94-0.97x to 1.00x
+Inductor; with fewer rows (128x16384, 256x8192, ...) load hints won instead (hinted tiles, see
+TRANSPOSED_HINTED_PLANS: 0.94-0.95x before, 1.04-1.19x after).
 """
 from __future__ import annotations
 
@@ -336,7 +336,8 @@ TRANSPOSED_COLUMN_MAJOR_PLANS = [replace(p, out_t=True) for p in
 # calls 1-2, H200).  The guess: the warm call leaves its output's lines dirty in L2 at the address
 # the timed call writes to; unhinted loads evict those lines (a write-back inside the timed call),
 # hinted ones evict lines of their own class first.  A model's step leaves L2 much the same, so
-# the hint is a candidate like any other, chosen by the same timing.
+# the hint is a candidate like any other, chosen by the same timing: kept at 128x16384, 256x8192,
+# 256x16384, 128x32768 and 4096x1024, now 1.04-1.19x Inductor (paired, call 3).
 TRANSPOSED_HINTED_PLANS = [replace(p, evict=e) for e in ("evict_last", "evict_first")
                            for p in (utils.TilePlan(64, 64, 8), utils.TilePlan(128, 64, 8),
                                      utils.TilePlan(64, 64, 8, out_t=True))]
