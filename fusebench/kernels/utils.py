@@ -322,8 +322,8 @@ class TilePlan:
     group_m: int = 1
     # Column-major output (kernels that accept it: the transposed one, see pointwise.py).
     out_t: bool = False
-    # The loads' L2 eviction policy ("": none; the transposed kernel takes "evict_first" and
-    # "evict_last", see pointwise.TRANSPOSED_HINTED_PLANS).
+    # The loads' L2 eviction policy ("", "evict_first" or "evict_last"; the element-wise kernels,
+    # see pointwise.element_wise_plans and TRANSPOSED_HINTED_PLANS).
     evict: str = ""
 
     def describe(self) -> str:
