@@ -410,7 +410,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     shadow = shadow_operands(operands)
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
-        warm = None if shadow is None else warm_call(functools.partial(launch, cand, *shadow), operands)
+        warm = _warm_for(cand, launch, operands, shadow)
         try:
             ms = gpu_time_ms(lambda: launch(cand, *operands), device, warm=warm)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
@@ -449,13 +449,10 @@ def finalist(cands: Sequence[T], launch: Callable[..., object], device, operands
              best_ms: float, kernel_ms_budget: float = 100.0) -> list[tuple[T, float]]:
     """(candidate, median ms) for `cands` timed interleaved (measure.timing.time_interleaved):
     10 to 50 rounds, as many as fit about kernel_ms_budget of their run time."""
-    dev = torch.device(device)
-    if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
     fns = [functools.partial(launch, c, *operands) for c in cands]
-    warms = [None if shadow is None else warm_call(functools.partial(launch, c, *shadow), operands) for c in cands]
+    warms = [_warm_for(c, launch, operands, shadow) for c in cands]
     rounds = max(10, min(50, int(kernel_ms_budget / (best_ms * len(cands)))))
-    samples = time_interleaved(fns, str(dev), TimingSettings(), rounds, warms)
+    samples = time_interleaved(fns, _timing_device(device), TimingSettings(), rounds, warms)
     return [(c, sorted(t)[len(t) // 2] / 1e3) for c, t in zip(cands, samples)]
 
 
@@ -489,11 +486,22 @@ def gpu_time_stats(fn: Callable[[], object], device, budget_ms: float = 5.0, war
     that the host's launch cost, which exceeds a small kernel's run time, is not what gets
     compared), over about budget_ms of runs (5 to max_reps).  time_call's warm-up makes the first
     call, which compiles."""
+    settings = TimingSettings(warmup_ms=warmup_ms, rep_ms=budget_ms, min_reps=5, max_reps=max_reps)
+    return time_call(fn, _timing_device(device), settings, warm=warm)
+
+
+def _timing_device(device) -> str:
+    """`device` as measure.timing takes it: a CUDA device names its index."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    settings = TimingSettings(warmup_ms=warmup_ms, rep_ms=budget_ms, min_reps=5, max_reps=max_reps)
-    return time_call(fn, str(dev), settings, warm=warm)
+    return str(dev)
+
+
+def _warm_for(cand, launch: Callable[..., object], operands, shadow) -> Callable[[], object] | None:
+    """The warm call before each timed launch of `cand`: the same launch on the shadow operands
+    (None when there are none: operands too large for a warm call, see shadow_operands)."""
+    return None if shadow is None else warm_call(functools.partial(launch, cand, *shadow), operands)
 
 
 def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0,
