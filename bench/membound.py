@@ -88,9 +88,9 @@ def candidates(name, args):
         return kh.horizontal_plans(M, N, dev, with_cos=name.endswith("pointwise"), elem_size=args[0].element_size())
     if name in ROWWISE:
         return utils.row_plans(M, N, dev, elem_size=args[0].element_size())
+    traffic = kpw.traffic_bytes(*args) + M * N * args[0].element_size()  # + the output
     if name == "bias_dropout_add_transposed":
-        return kpw.transposed_plans(M, N, dev, args[0].element_size())
-    traffic = sum(a.numel() * a.element_size() for a in args) + M * N * args[0].element_size()  # + the output
+        return kpw.transposed_plans(M, N, dev, traffic)
     if name == "bias_gelu" or not all(a.is_contiguous() for a in args):
         return kpw.element_wise_plans(M, N, dev, traffic)
     return kpw.element_wise_plans(1, M * N, dev, traffic)  # contiguous operands are viewed as one row

@@ -271,13 +271,18 @@ def test_transposed_column_order(plan):
     check("bias_dropout_add_transposed", kpw.bias_dropout_add_transposed_impl(*args, plan=plan), args)
 
 
+def transposed_fp32_plans(M, N):
+    # three fp32 inputs and the output, 4 bytes each
+    return kpw.transposed_plans(M, N, "cpu", traffic=4 * M * N * 4)
+
+
 def test_transposed_candidates_offer_both_layouts():
     for shape in ((128, 16384), (8192, 8192)):
-        assert {p.out_t for p in kpw.transposed_plans(*shape, "cpu")} == {False, True}
+        assert {p.out_t for p in transposed_fp32_plans(*shape)} == {False, True}
     # load hints only where the traffic is at most a few L2s
-    assert {p.evict for p in kpw.transposed_plans(128, 16384, "cpu")} == {"", "evict_first", "evict_last"}
-    assert {p.evict for p in kpw.transposed_plans(8192, 8192, "cpu")} == {""}
-    assert set(kpw.column_order_plans(32768)) <= set(kpw.transposed_plans(32768, 8192, "cpu"))
+    assert {p.evict for p in transposed_fp32_plans(128, 16384)} == {"", "evict_first", "evict_last"}
+    assert {p.evict for p in transposed_fp32_plans(8192, 8192)} == {""}
+    assert set(kpw.column_order_plans(32768)) <= set(transposed_fp32_plans(32768, 8192))
 
 
 @pytest.mark.parametrize("plan", kpw.TRANSPOSED_HINTED_PLANS,
@@ -297,10 +302,10 @@ def test_transposed_grouped_order_covers_every_tile(group_m):
 
 
 def test_transposed_small_tensors_get_small_tiles():
-    big = kpw.transposed_plans(8192, 8192, "cpu")
+    big = transposed_fp32_plans(8192, 8192)
     assert big[:len(kpw.TRANSPOSED_PLANS)] == kpw.TRANSPOSED_PLANS
     assert {p.group_m for p in big} == {1, 8, 32, 8192 // 64}  # the last: column order
-    assert set(kpw.TRANSPOSED_SMALL_PLANS) <= set(kpw.transposed_plans(70, 130, "cpu"))
+    assert set(kpw.TRANSPOSED_SMALL_PLANS) <= set(transposed_fp32_plans(70, 130))
 
 
 @pytest.mark.parametrize("name", ["pointwise_chain", "bias_dropout_add"])

@@ -209,8 +209,7 @@ def _run(name, operands, launch, plan):
     out = operands[-1]
     if plan is None:
         M, N = out.shape
-        traffic = sum(t.numel() * t.element_size() for t in operands)
-        plans = functools.partial(element_wise_plans, M, N, out.device, traffic)
+        plans = functools.partial(element_wise_plans, M, N, out.device, traffic_bytes(*operands))
         plan = utils.autotune((name, *utils.key_of(*operands)), plans, launch, out.device, operands)
     launch(plan, *operands)
 
@@ -218,6 +217,12 @@ def _run(name, operands, launch, plan):
 # Tensors of at most HINTED_MAX_BYTES of traffic (a few L2s) also try the heuristic's first two
 # tiles with evict_first and evict_last loads (see TRANSPOSED_HINTED_PLANS for why).
 HINTED_MAX_BYTES = 256 << 20
+
+
+def traffic_bytes(*operands: torch.Tensor) -> int:
+    """The bytes an element-wise kernel moves: each of its inputs and outputs once (the measure
+    HINTED_MAX_BYTES is compared with)."""
+    return sum(t.numel() * t.element_size() for t in operands)
 
 
 def element_wise_plans(M: int, N: int, device, traffic: int) -> list[utils.TilePlan]:
@@ -352,8 +357,9 @@ def column_order_plans(M: int) -> list[utils.TilePlan]:
     return [utils.TilePlan(64, 64, w, group_m=utils.cdiv(M, 64), out_t=t) for t in (True, False) for w in (8, 4)]
 
 
-def transposed_plans(M: int, N: int, device, elem_size: int = 4) -> list[utils.TilePlan]:
-    hinted = TRANSPOSED_HINTED_PLANS if 4 * M * N * elem_size <= HINTED_MAX_BYTES else []
+def transposed_plans(M: int, N: int, device, traffic: int) -> list[utils.TilePlan]:
+    """The transposed kernel's candidates; `traffic`: traffic_bytes of its operands."""
+    hinted = TRANSPOSED_HINTED_PLANS if traffic <= HINTED_MAX_BYTES else []
     if utils.cdiv(M, 64) * utils.cdiv(N, 64) < 2 * utils.num_sms(device):
         return TRANSPOSED_PLANS + TRANSPOSED_SMALL_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
     return utils.unique(TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
@@ -382,7 +388,7 @@ def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, re
     operands = (inp, bias_t, residual_t, buf)
     if plan is None:
         plan = utils.autotune(("bias_dropout_add_transposed", *utils.key_of(inp, bias_t, residual_t)),
-                              functools.partial(transposed_plans, M, N, inp.device, inp.element_size()), launch,
+                              functools.partial(transposed_plans, M, N, inp.device, traffic_bytes(*operands)), launch,
                               inp.device, operands)
     launch(plan, *operands)
     return buf.view(N, M).t() if plan.out_t else buf.view(M, N)
