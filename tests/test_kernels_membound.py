@@ -201,6 +201,31 @@ def test_reread_plans(name, mode, layout):
     check(name, IMPL[name](*args, plan=REREAD_PLANS[mode]), args)
 
 
+# Rows a whole number of steps: the softmax_backward kernels drop their column masks (EVEN).
+EVEN_PLANS = {
+    "tile_one_row": utils.RowPlan("tile", 1, 512, 4),
+    "tile_rows": utils.RowPlan("tile", 2, 512, 4),  # 3 rows: the second program's row mask stays
+    "loop": utils.loop_plan(128, 4),  # 4 steps per pass
+    "loop_one_step": utils.loop_plan(512, 4, grid=2),  # a pass in one step, 2 programs for 3 rows
+    "loop_prefetched": utils.loop_plan(128, 4, grid=2, stages=1),  # keeps its masks: not EVEN
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("mode", list(EVEN_PLANS))
+def test_softmax_backward_unmasked_steps(mode, layout):
+    args = inputs("softmax_backward", (3, 512), torch.float32, seed=7)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") for a in args)
+    check("softmax_backward", ksm.softmax_backward_impl(*args, plan=EVEN_PLANS[mode]), args)
+
+
+def test_softmax_backward_candidates_include_inductors_loop():
+    plans = ksm.softmax_backward_plans(1024, 32768, DEVICE)
+    assert utils.loop_plan(32768, 32) in plans and len(plans) == len(set(plans))
+    assert utils.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
+
+
 @pytest.mark.parametrize("name", TWO_PASS)
 def test_cooperative_kernels_one_program_per_row(name):
     # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
@@ -479,6 +504,27 @@ def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
     assert len(kernels) >= 10 and any(k.startswith("bias_dropout_add_transposed") for k in kernels)
     late = {k: v["order"] for k, v in kernels.items() if loads_after_first_barrier(v["order"])}
     assert late == {}
+
+
+def test_unmasked_long_row_plans_do_not_spill():
+    """Inductor's two-pass shape for softmax_backward at 32768 columns (64 registers a thread at
+    32 warps) is only fast unspilled: compiled for sm_90 by the real JIT, no stack."""
+    import json
+    import subprocess
+    import sys
+
+    from fusebench.kernels.sass import tool_path
+
+    if not all(os.path.exists(tool_path(t)) for t in ("ptxas", "cuobjdump")):
+        pytest.skip("Triton's NVIDIA backend tools (ptxas, cuobjdump) are not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass", "--usage"], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    usage = json.loads(proc.stdout)
+    assert "softmax_backward loop 32768 32w" in usage
+    assert {k: v["stack"] for k, v in usage.items() if v["stack"]} == {}
+    assert usage["softmax_backward loop 32768 32w"]["registers"] <= 64  # 32 warps: 64 a thread at most
 
 
 def test_l2_flush_kernel_zeroes_the_whole_buffer():

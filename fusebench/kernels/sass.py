@@ -8,6 +8,10 @@ Session 6 found the transposed add doing exactly that (the compiler had moved `i
 others' layout through shared memory before it issued their loads).
 
     python -m fusebench.kernels.sass        # the memory-op order of each single-pass kernel, as JSON
+    python -m fusebench.kernels.sass --usage  # registers and spilled bytes of the unmasked long-row plans
+
+The second property: no spills in the long-row plans that Inductor's kernels match (per-element
+masks hold registers; see utils.within).
 
 Needs Triton's bundled ptxas and cuobjdump (the NVIDIA backend's bin/), and the kernels compiled
 by the real JIT, not the interpreter (run it with TRITON_INTERPRET unset).
@@ -59,18 +63,26 @@ def tool_path(tool: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
 
 
-def cubin_sass(cubin: bytes) -> str:
+def _cuobjdump(cubin: bytes, option: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([tool_path("cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+        return subprocess.run([tool_path("cuobjdump"), option, f.name], capture_output=True, text=True,
                               check=True, timeout=120).stdout
+
+
+def cubin_sass(cubin: bytes) -> str:
+    return _cuobjdump(cubin, "-sass")
 
 
 def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> str:
     """SASS of `kernel` (a @triton.jit function) for sm_<arch>.  Arguments not in `constexprs`:
     names ending in _ptr are fp32 pointers, `eps` an fp32, the rest int32; all of them divisible
     by 16, as the JIT specializes them for power-of-two shapes and aligned tensors."""
+    return cubin_sass(_compile(kernel, constexprs, num_warps, arch))
+
+
+def _compile(kernel, constexprs: dict, num_warps: int, arch: int) -> bytes:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -88,7 +100,17 @@ def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> st
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "i32")}
     src = ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
-    return cubin_sass(compiled.asm["cubin"])
+    return compiled.asm["cubin"]
+
+
+def resource_usage(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> tuple[int, int]:
+    """(registers per thread, stack bytes per thread) of `kernel` built as compile_sass builds it;
+    a non-zero stack in these kernels, which keep no arrays in local memory, is ptxas spilling."""
+    out = _cuobjdump(_compile(kernel, constexprs, num_warps, arch), "-res-usage")
+    m = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    if m is None:
+        raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-300:]}")
+    return int(m.group(1)), int(m.group(2))
 
 
 def single_pass_kernels() -> dict[str, tuple]:
@@ -101,7 +123,7 @@ def single_pass_kernels() -> dict[str, tuple]:
         "softmax 1x4096": (sm._softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
         "double_softmax 1x4096": (sm._double_softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
         "softmax_backward 1x4096": (sm._softmax_bwd_tile_kernel,
-                                    dict(rows, BLOCK_N=4096, stride_dyn=1, stride_yn=1), 8),
+                                    dict(rows, BLOCK_N=4096, stride_dyn=1, stride_yn=1, EVEN=True), 8),
         "layernorm 1x8192 (parameters with the rows)": (norms._layernorm_tile_kernel,
                                                         dict(rows, BLOCK_N=8192, stride_xn=1, PREFETCH=True), 16),
         "norm_chain 1x4096": (norms._norm_chain_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
@@ -120,11 +142,33 @@ def single_pass_kernels() -> dict[str, tuple]:
     return out
 
 
-def main() -> None:
+def unmasked_long_row_kernels() -> dict[str, tuple]:
+    """label -> (kernel, constexprs, num_warps): long-row plans that must not spill, built as the
+    launcher builds them for rows that are a whole number of steps (EVEN, see utils.within)."""
+    from fusebench.kernels import softmax as sm
+
+    two = dict(ALIGN=4, stride_dyn=1, stride_yn=1, EVEN=True)
+    return {
+        # Inductor's kernel for this case (session 11): one 32-warp program per row, passes of one
+        # 32768-column step.  With the column masks ptxas spilled 48 bytes (session 16).
+        "softmax_backward loop 32768 32w": (sm._softmax_bwd_loop_kernel, dict(two, BLOCK_N=32768, STAGES=None), 32),
+        "softmax_backward loop 16384 16w": (sm._softmax_bwd_loop_kernel, dict(two, BLOCK_N=16384, STAGES=None), 16),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
     result = {}
-    for label, (kernel, consts, warps) in single_pass_kernels().items():
-        n, order = memory_op_order(compile_sass(kernel, consts, warps))
-        result[label] = {"instructions": n, "order": order}
+    if "--usage" in args:  # registers and stack (spill) bytes per thread of the long-row plans
+        for label, (kernel, consts, warps) in unmasked_long_row_kernels().items():
+            regs, stack = resource_usage(kernel, consts, warps)
+            result[label] = {"registers": regs, "stack": stack}
+    else:
+        for label, (kernel, consts, warps) in single_pass_kernels().items():
+            n, order = memory_op_order(compile_sass(kernel, consts, warps))
+            result[label] = {"instructions": n, "order": order}
     print(json.dumps(result, indent=1))
 
 

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials, within
 
 # ----------------------------------------------------------------------------------------------
 # softmax
@@ -646,7 +646,17 @@ def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    plans = utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    if N > max_onchip:
+        # Inductor's kernel for 32768-column rows (session 11: 98.8 us at 1024x32768 on an H200,
+        # ours 103-106): one 32-warp program per row whose passes are one 32768-column step each.
+        # It holds 64 registers a thread; with column masks ptxas spilled it (190 us), without
+        # them (rows a whole number of steps: utils.within) it does not.  Also on one program per
+        # SM (fewer rows between a row's two passes), and at half the step.
+        sms = utils.num_sms(device)
+        plans += [utils.loop_plan(32768, 32), utils.loop_plan(32768, 32, grid=sms), utils.loop_plan(16384, 16),
+                  utils.loop_plan(16384, 32, grid=sms)]
+    return utils.unique(plans)
 
 
 def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -666,7 +676,8 @@ def double_softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4)
 
 @triton.jit
 def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
-                             stride_dxm, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             EVEN: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -674,7 +685,8 @@ def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
     row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
-    mask = (r < M - row0)[:, None] & (c < N)[None, :]
+    # No masks where none are needed (one row per program, N == BLOCK_N): see utils.within.
+    mask = ((r < M - row0) | (BLOCK_M == 1))[:, None] & within(c, N, EVEN)[None, :]
     dy = tl.load(dy_ptr + row0 * stride_dym + r[:, None] * stride_dym + c[None, :] * stride_dyn,
                  mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :] * stride_yn,
@@ -687,7 +699,7 @@ def _softmax_bwd_tile_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
 
 @triton.jit
 def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N: tl.constexpr,
-                       STAGES: tl.constexpr):
+                       STAGES: tl.constexpr, EVEN: tl.constexpr):
     # sum(dy * y) over [lo, hi), per lane, then across lanes.
     c = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
@@ -706,15 +718,16 @@ def _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, lo, hi, N, BLOCK_N:
     else:
         for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
             cols = start + c
-            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0, eviction_policy="evict_last")
-            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0, eviction_policy="evict_last")
+            ok = within(cols, N, EVEN)
+            dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_last")
+            y = tl.load(y_row + cols * stride_yn, mask=ok, other=0.0, eviction_policy="evict_last")
             acc += dy.to(tl.float32) * y.to(tl.float32)
     return tl.sum(acc, 0)
 
 
 @triton.jit
 def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, dot, BLOCK_N: tl.constexpr,
-                       STAGES: tl.constexpr):
+                       STAGES: tl.constexpr, EVEN: tl.constexpr):
     # dx[lo:hi] = y * (dy - dot), last chunk first.
     c = tl.arange(0, BLOCK_N)
     n_chunks = tl.cdiv(hi - lo, BLOCK_N)
@@ -736,17 +749,17 @@ def _softmax_bwd_write(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, N, 
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
-            dy = tl.load(dy_row + cols * stride_dyn, mask=cols < N, other=0.0,
-                         eviction_policy="evict_first").to(tl.float32)
-            y = tl.load(y_row + cols * stride_yn, mask=cols < N, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=cols < N,
+            ok = within(cols, N, EVEN)
+            dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            y = tl.load(y_row + cols * stride_yn, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            tl.store(dx_row + cols, (y * (dy - dot)).to(dx_row.dtype.element_ty), mask=ok,
                      eviction_policy="evict_first")
 
 
 @triton.jit
 def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn, stride_ym, stride_yn,
-                             stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                             stride_dxm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+                             EVEN: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -757,9 +770,9 @@ def _softmax_bwd_loop_kernel(dy_ptr, y_ptr, dx_ptr, M, N, stride_dym, stride_dyn
         row = (pid + i * n_prog).to(tl.int64)
         dy_row = dy_ptr + row * stride_dym
         y_row = y_ptr + row * stride_ym
-        dot = _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, 0, N, N, BLOCK_N, STAGES)
+        dot = _softmax_bwd_stats(dy_row, y_row, stride_dyn, stride_yn, 0, N, N, BLOCK_N, STAGES, EVEN)
         _softmax_bwd_write(dy_row, y_row, dx_ptr + row * stride_dxm, stride_dyn, stride_yn, 0, N, N, dot,
-                           BLOCK_N, STAGES)
+                           BLOCK_N, STAGES, EVEN)
 
 
 @triton.jit
@@ -886,11 +899,15 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     unit = dy.stride(1) == 1 and y.stride(1) == 1
     align = utils.vector_align(y.element_size(), N, dy.stride(0), y.stride(0)) if unit else 1
     meta = dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps)
+    # EVEN: every step lies inside the row, so the kernel drops its column masks.  Only the plain
+    # plans use it: the prefetching ones (stages 1) still mask their load past the row's end.
+    even = N % plan.block_n == 0 and plan.stages is None
     if plan.mode == "tile":
         grid = (utils.cdiv(M, plan.block_m),)
-        _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, **meta)
+        _softmax_bwd_tile_kernel[grid](dy, y, dx, M, N, *strides, BLOCK_M=plan.block_m, EVEN=even, **meta)
     elif plan.mode == "loop":
-        _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, STAGES=plan.stages, **meta)
+        _softmax_bwd_loop_kernel[(plan.grid or M,)](dy, y, dx, M, N, *strides, STAGES=plan.stages, EVEN=even,
+                                                    **meta)
     elif plan.mode == "stream":
         _softmax_bwd_stream_kernel[(plan.grid,)](dy, y, dx, M, N, *strides, **meta)
     elif plan.mode == "split":

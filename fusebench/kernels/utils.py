@@ -578,6 +578,14 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 @triton.jit
+def within(cols, N, EVEN: tl.constexpr):
+    """The mask cols < N; all true, and compiled away, when EVEN (the launcher knows that every
+    step lies inside the row).  Per-element masks hold registers: with two inputs at 32768-column
+    steps they made ptxas spill, and Inductor's unmasked kernel did not (session 16)."""
+    return (cols < N) | EVEN
+
+
+@triton.jit
 def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr):
     """Columns [0, BLOCK_N) of `row` (loaded evict_last: a first pass that a second re-reads), or
     nothing but `other` when row >= M -- the streamed kernels' load of the next row's first chunk.
