@@ -263,10 +263,12 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     "reread" mode; add those plans (first-pass steps of 32768 and 16384 columns, second-pass steps
     of 8192).
 
-    Not candidates (H200, session 11): Inductor's kept config for softmax_backward at 1024x32768,
-    one 32-warp program per row whose passes are one 32768-column step each (98.8 us), took 190 us
-    as our looped plan; launching our looped and streamed kernels with num_stages=1, as Inductor
-    does, changed nothing.  (Session 13, 2048x65536:) cooperative plans with the next row's chunk
+    Inductor's kept config for softmax_backward at 1024x32768, one 32-warp program per row whose
+    passes are one 32768-column step each (98.8 us on an H200), took 190 us as our looped plan in
+    session 11: its column masks made ptxas spill.  Without them (utils.within) it is that case's
+    fastest plan at 32768 columns (session 16), a candidate there (softmax.softmax_backward_plans).
+    Not candidates: (session 11) launching our looped and streamed kernels with num_stages=1, as
+    Inductor does, changed nothing.  (Session 13, 2048x65536:) cooperative plans with the next row's chunk
     in flight across the barrier, at one or two programs per SM so that the registers suffice: 0.31-0.64
     of the same-size copy against 0.47-0.77 without; a running max per lane instead of per step in
     the streamed softmax: 0.58-0.81 against 0.83-0.87."""
