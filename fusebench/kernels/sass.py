@@ -22,6 +22,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 # One SASS instruction line of cuobjdump: "        /*0230*/   @P0 LDG.E.128 R4, desc[UR4][R2.64] ;"
@@ -157,8 +158,6 @@ def unmasked_long_row_kernels() -> dict[str, tuple]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import sys
-
     args = sys.argv[1:] if argv is None else argv
     result = {}
     if "--usage" in args:  # registers and stack (spill) bytes per thread of the long-row plans

@@ -2,8 +2,9 @@
 
 Host side: sizes, device facts, launch plans for row-wise and element-wise kernels, vector
 alignment, scratch counters and a small per-shape autotuner.  Device side (`@triton.jit`
-helpers): a barrier among the programs that share one row, for cooperative kernels, and the sum
-of partial results that other programs wrote.
+helpers): a column mask that compiles away when a row is a whole number of steps, a barrier among
+the programs that share one row, for cooperative kernels, and the sum of partial results that
+other programs wrote.
 
 Heuristics (documented here once, used by every memory-bound kernel):
 
@@ -576,7 +577,7 @@ def key_of(*tensors: torch.Tensor) -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# device side: a barrier among the programs of one row (cooperative launches only)
+# device side: column masks
 
 
 @triton.jit
@@ -585,6 +586,10 @@ def within(cols, N, EVEN: tl.constexpr):
     step lies inside the row).  Per-element masks hold registers: with two inputs at 32768-column
     steps they made ptxas spill, and Inductor's unmasked kernel did not (session 16)."""
     return (cols < N) | EVEN
+
+
+# ----------------------------------------------------------------------------------------------
+# device side: a barrier among the programs of one row (cooperative launches only)
 
 
 @triton.jit
