@@ -485,30 +485,9 @@ def test_memory_op_order_of_sass_text():
     assert not loads_after_first_barrier("LDGx3 STG EXIT")  # no barrier at all
 
 
-def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
-    """One DRAM round trip per program: compiled for sm_90 by the real JIT (a subprocess without
-    the interpreter), no single-pass kernel may issue a global load after a barrier."""
-    import json
-    import subprocess
-    import sys
-
-    from fusebench.kernels.sass import loads_after_first_barrier, tool_path
-
-    if not all(os.path.exists(tool_path(t)) for t in ("ptxas", "cuobjdump")):
-        pytest.skip("Triton's NVIDIA backend tools (ptxas, cuobjdump) are not installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass"], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    kernels = json.loads(proc.stdout)
-    assert len(kernels) >= 10 and any(k.startswith("bias_dropout_add_transposed") for k in kernels)
-    late = {k: v["order"] for k, v in kernels.items() if loads_after_first_barrier(v["order"])}
-    assert late == {}
-
-
-def test_unmasked_long_row_plans_do_not_spill():
-    """Inductor's two-pass shape for softmax_backward at 32768 columns (64 registers a thread at
-    32 warps) is only fast unspilled: compiled for sm_90 by the real JIT, no stack."""
+def _sass_report(*args: str) -> dict:
+    """The JSON of `python -m fusebench.kernels.sass ARGS`: kernels compiled for sm_90 by the real JIT
+    (a subprocess without the interpreter).  Skips without Triton's NVIDIA backend tools."""
     import json
     import subprocess
     import sys
@@ -518,10 +497,26 @@ def test_unmasked_long_row_plans_do_not_spill():
     if not all(os.path.exists(tool_path(t)) for t in ("ptxas", "cuobjdump")):
         pytest.skip("Triton's NVIDIA backend tools (ptxas, cuobjdump) are not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass", "--usage"], capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "fusebench.kernels.sass", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
+    """One DRAM round trip per program: no single-pass kernel may issue a global load after a barrier."""
+    from fusebench.kernels.sass import loads_after_first_barrier
+
+    kernels = _sass_report()
+    assert len(kernels) >= 10 and any(k.startswith("bias_dropout_add_transposed") for k in kernels)
+    late = {k: v["order"] for k, v in kernels.items() if loads_after_first_barrier(v["order"])}
+    assert late == {}
+
+
+def test_unmasked_long_row_plans_do_not_spill():
+    """Inductor's two-pass shape for softmax_backward at 32768 columns (64 registers a thread at
+    32 warps) is only fast unspilled: no stack."""
+    usage = _sass_report("--usage")
     assert "softmax_backward loop 32768 32w" in usage
     assert {k: v["stack"] for k, v in usage.items() if v["stack"]} == {}
     assert usage["softmax_backward loop 32768 32w"]["registers"] <= 64  # 32 warps: 64 a thread at most
