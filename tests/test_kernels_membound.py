@@ -226,16 +226,33 @@ def test_softmax_backward_candidates_include_inductors_loop():
     assert utils.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
 @pytest.mark.parametrize("name", TWO_PASS)
-def test_cooperative_kernels_one_program_per_row(name):
-    # The cooperative kernels' programs of a row meet at a barrier, which the interpreter (one
-    # program after another) can pass only when a row has a single program: this checks their
-    # rounds, partials, combination and counter reset, not the exchange between programs
-    # (test_gpu_cooperative_and_streamed_plans does).
+def test_cooperative_kernels_one_program_per_row(name, prefetch):
+    # The cooperative kernels' programs of a row wait for each other's partials, which the
+    # interpreter (one program after another) can do only when a row has a single program: this
+    # checks their rounds, partials, combination, tags and epoch, not the exchange between
+    # programs (test_gpu_cooperative_and_streamed_plans does).
     args = inputs(name, (3, 700), torch.float32, seed=9)
-    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)  # two rows at a time: 2 rounds
+    sync = utils.exchange_buffer(args[0].device, 2)
+    epoch = int(sync[0])
+    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch)  # two rows at a time: 2 rounds
     check(name, IMPL[name](*args, plan=plan), args)
-    assert int(utils.zeroed_counters(args[0].device, 6)[:6].abs().sum()) == 0
+    # the last program moved the epoch past the launch's two tags and reset the count of finished programs
+    assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
+    # each program's words of round 0 (program 0: row 0, program 1: row 1) carry the first tag
+    assert (sync[2:2 + 2 * utils.SLOT_WORDS:utils.SLOT_WORDS] >> 32).tolist() == [epoch + 1] * 2
+
+
+def test_cooperative_epoch_starts_again_near_the_limit():
+    # Tags are 32-bit: near 2**30 the last program clears every slot and the epoch starts from 0,
+    # so that no stale word can carry a tag of a later launch.
+    args = inputs("softmax", (3, 700), torch.float32, seed=9)
+    sync = utils.exchange_buffer(args[0].device, 2)
+    sync[0] = 2**30 - 2
+    sync[2 + 6 * utils.SLOT_WORDS] = 2**30 << 32  # a word of a program this launch does not have
+    check("softmax", IMPL["softmax"](*args, plan=utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)), args)
+    assert int(sync[0]) == 0 and int(sync[2:].abs().sum()) == 0
 
 
 @pytest.mark.parametrize("name", ROWWISE)
@@ -394,6 +411,9 @@ def test_row_plans_heuristic():
     assert "coop" not in {p.mode for p in utils.row_plans(4096, 65536, "cpu")}
     coop = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
     assert (coop.splits, coop.grid) == (8, 8)
+    # its register cap lets two 16-warp programs share an SM's 65536 registers
+    assert utils.coop_launch_options(coop, "cpu") == dict(launch_cooperative_grid=True, maxnreg=64)
+    assert utils.coop_launch_options(utils.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
     p = utils.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8
     assert utils.split_plan(65536, 4096).splits == 16

@@ -5,8 +5,8 @@ one write); `loop` (many long rows) makes a statistics pass and a second, backwa
 each row (`stream`: the same on persistent programs, as one chain of steps with the next loads
 always in flight, see softmax.py); `split` (few long rows) spreads a row over several programs,
 with a stats kernel and an apply kernel (the input is read twice, the second time mostly from
-L2); `coop` spreads a row over several programs that keep their chunks in registers across a
-per-row barrier (one read); `reread` (layernorm) is `stream` with a first pass of big steps, each
+L2); `coop` spreads a row over several programs that keep their chunks in registers while they
+exchange partial results (utils.publish, utils.collect: one read); `reread` (layernorm) is `stream` with a first pass of big steps, each
 reduced at once to two scalars (a 32768-column row in one step), and a second pass of smaller
 steps from L2.
 
@@ -31,7 +31,8 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials
+from fusebench.kernels.utils import collect, column, exchange_epoch, exchange_finish, exchange_slots, publish, \
+    sum_of_partials
 
 LAYERNORM_EPS = 1e-5
 
@@ -276,20 +277,27 @@ def _layernorm_reread_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
 
 
 @triton.jit
-def _layernorm_partial(x, k, cols, N, part_ptr):
-    # A chunk's (sum d, sum d^2), d = x - k, to part_ptr[0:2].
+def _layernorm_chunk_stats(x, k, cols, N):
+    # A chunk's partial results as a vector: (sum d, sum d^2), d = x - k.
     d = tl.where(cols < N, x - k, 0.0)
-    tl.store(part_ptr, tl.sum(d, 0))
-    tl.store(part_ptr + 1, tl.sum(d * d, 0))
+    return tl.where(tl.arange(0, 2) == 0, tl.sum(d, 0), tl.sum(d * d, 0))
+
+
+@triton.jit
+def _layernorm_merge(sum_d, sum_d2, k, N, eps):
+    # A row's totals -> (mean, 1 / sqrt(var + eps)).
+    mean_d = sum_d / N
+    msq_d = sum_d2 / N
+    return k + mean_d, 1.0 / tl.sqrt(tl.maximum(msq_d - mean_d * mean_d, 0.0) + eps)
 
 
 @triton.jit
 def _layernorm_combine(row_parts, k, N, eps, SPLITS, BLOCK_S: tl.constexpr):
-    # A row's partials -> (mean, 1 / sqrt(var + eps)); read through L2.
+    # The split kernels' partials of a row, read through L2 (.cg), where the stats kernel left them.
     sp = tl.arange(0, BLOCK_S)
-    mean_d = tl.sum(tl.load(row_parts + sp * 2, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0) / N
-    msq_d = tl.sum(tl.load(row_parts + sp * 2 + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0) / N
-    return k + mean_d, 1.0 / tl.sqrt(tl.maximum(msq_d - mean_d * mean_d, 0.0) + eps)
+    sum_d = tl.sum(tl.load(row_parts + sp * 2, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0)
+    sum_d2 = tl.sum(tl.load(row_parts + sp * 2 + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0)
+    return _layernorm_merge(sum_d, sum_d2, k, N, eps)
 
 
 @triton.jit
@@ -304,7 +312,7 @@ def _layernorm_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS
     k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
                 eviction_policy="evict_last").to(tl.float32)
-    _layernorm_partial(x, k, cols, N, ws_ptr + pid * 2)
+    tl.store(ws_ptr + pid * 2 + tl.arange(0, 2), _layernorm_chunk_stats(x, k, cols, N))
 
 
 @triton.jit
@@ -328,41 +336,45 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 
 
 @triton.jit
-def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym,
+def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym,
                            eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
                            PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # P / SPLITS rows at a time, chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS).
+    # P / SPLITS rows at a time, chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS);
+    # the row's programs exchange their partials as in softmax.py's coop kernel.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
+    rounds = tl.cdiv(M, rows_at_once)
+    team = pid // SPLITS * SPLITS
+    epoch = exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead (see softmax.py)
         first = (pid // SPLITS).to(tl.int64)
-        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=0.0).to(tl.float32)
-    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+    for rnd in tl.range(0, rounds):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
             if not PREFETCH:
                 x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
-            _layernorm_partial(x, k, cols, N, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
+            publish(exchange_slots(sync_ptr, pid, rnd), _layernorm_chunk_stats(x, k, cols, N), epoch + 1 + rnd)
             if PREFETCH:
                 nxt = row + rows_at_once
-                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=0.0).to(tl.float32)
-            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
-            mean, rstd = _layernorm_combine(ws_ptr + row * SPLITS * 2, k, N, eps, SPLITS, BLOCK_S)
-            # weight and bias (from L2) only now: fewer registers live across the barrier
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            mean, rstd = _layernorm_merge(tl.sum(column(parts, 0), 0), tl.sum(column(parts, 1), 0), k, N, eps)
+            # weight and bias (from L2) only now: fewer registers live during the exchange
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
             if PREFETCH:
                 x = x_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
@@ -389,10 +401,10 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
         _layernorm_split_apply_kernel[grid](x, w, b, y, ws, N, sxm, sxn, N, LAYERNORM_EPS, plan.splits,
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
-        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
-        _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn,
-                                             N, LAYERNORM_EPS, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                             PREFETCH=plan.prefetch, launch_cooperative_grid=True, **meta)
+        sync = utils.exchange_buffer(x.device, plan.grid)
+        _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
+                                             plan.splits, BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
+                                             **utils.coop_launch_options(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -559,23 +571,40 @@ def _norm_chain_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn
 
 
 @triton.jit
-def _norm_chain_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
-                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                            PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
+    # As _layernorm_coop_kernel; the partial is the chunk's sum.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
+    rounds = tl.cdiv(M, rows_at_once)
+    team = pid // SPLITS * SPLITS
+    epoch = exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+    if PREFETCH:
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=0.0).to(tl.float32)
+    for rnd in tl.range(0, rounds):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
-            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(x, 0))
-            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
-            scale = _chain_scale(sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S))
+            if not PREFETCH:
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+            publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(x, 0), 0.0),
+                    epoch + 1 + rnd)
+            if PREFETCH:
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
+                                 other=0.0).to(tl.float32)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            scale = _chain_scale(tl.sum(column(parts, 0), 0))
             tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            if PREFETCH:
+                x = x_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 def _launch_norm_chain(x, y, plan: utils.RowPlan):
@@ -597,10 +626,10 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
         _norm_chain_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                              BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
-        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=x.device)
-        _norm_chain_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
-                                              plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                              launch_cooperative_grid=True, **meta)
+        sync = utils.exchange_buffer(x.device, plan.grid)
+        _norm_chain_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
+                                              BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
+                                              **utils.coop_launch_options(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -609,7 +638,7 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
                            tile_prefetch=True, streams=True, rereads=True)
 
 

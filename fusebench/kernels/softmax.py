@@ -13,9 +13,9 @@ Each case has five launch plans, double_softmax six (see utils.RowPlan):
          a stats kernel writes each chunk's partial results, an apply kernel combines a row's
          partials and re-reads its chunk (in reverse program order, for the same L2 reason).
          Two launches; the input is read twice.
-* coop:  as split, but the programs of a row keep their chunks in registers and meet at a
-         per-row barrier (utils.row_barrier_wait) instead of a second launch: one read, one
-         launch.  GPU only (cooperative launch).
+* coop:  as split, but the programs of a row keep their chunks in registers and exchange their
+         partial results through tagged words (utils.publish, utils.collect) instead of a second
+         launch: one read, one launch.  GPU only (cooperative launch).
 * reread (double_softmax): persistent programs whose first pass takes big steps, each reduced
          at once to scalars, and whose second pass re-reads the row from L2 in smaller steps.
 
@@ -46,7 +46,8 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import row_barrier_leave, row_barrier_wait, sum_of_partials, within
+from fusebench.kernels.utils import collect, column, exchange_epoch, exchange_finish, exchange_slots, publish, \
+    sum_of_partials, within
 
 # ----------------------------------------------------------------------------------------------
 # softmax
@@ -203,22 +204,27 @@ def _softmax_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 
 
 @triton.jit
-def _softmax_partial(x, part_ptr):
-    # A chunk's (max, sum of exp(x - max)), to part_ptr[0:2].
+def _softmax_chunk_stats(x):
+    # A chunk's partial results as a vector: (max m_c, sum of exp(x - m_c)).
     m = tl.max(x, 0)
-    tl.store(part_ptr, m)
-    tl.store(part_ptr + 1, tl.sum(tl.exp(x - m), 0))
+    return tl.where(tl.arange(0, 2) == 0, m, tl.sum(tl.exp(x - m), 0))
+
+
+@triton.jit
+def _softmax_merge(m_c, s_c, SPLITS, BLOCK_S: tl.constexpr):
+    # A row's SPLITS partials (vectors of BLOCK_S) -> (m, 1 / s): m = max m_c, s = sum s_c exp(m_c - m).
+    m_c = tl.where(tl.arange(0, BLOCK_S) < SPLITS, m_c, float("-inf"))
+    m = tl.max(m_c, 0)
+    return m, 1.0 / tl.sum(s_c * tl.exp(m_c - m), 0)
 
 
 @triton.jit
 def _softmax_combine(row_parts, SPLITS, BLOCK_S: tl.constexpr):
-    # A row's SPLITS partials -> (m, 1 / s): m = max m_c, s = sum s_c exp(m_c - m).
-    # .cg: read through L2, where the other programs' partials are.
+    # The split kernels' partials of a row, read through L2 (.cg), where the stats kernel left them.
     sp = tl.arange(0, BLOCK_S)
     m_c = tl.load(row_parts + sp * 2, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg")
     s_c = tl.load(row_parts + sp * 2 + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg")
-    m = tl.max(m_c, 0)
-    return m, 1.0 / tl.sum(s_c * tl.exp(m_c - m), 0)
+    return _softmax_merge(m_c, s_c, SPLITS, BLOCK_S)
 
 
 @triton.jit
@@ -232,7 +238,7 @@ def _softmax_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS,
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
                 eviction_policy="evict_last").to(tl.float32)
-    _softmax_partial(x, ws_ptr + pid * 2)
+    tl.store(ws_ptr + pid * 2 + tl.arange(0, 2), _softmax_chunk_stats(x))
 
 
 @triton.jit
@@ -253,40 +259,43 @@ def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, s
 
 
 @triton.jit
-def _softmax_coop_kernel(x_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
+def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
                          ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
                          PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     # The grid takes P / SPLITS rows at a time; program pid holds chunk (pid % SPLITS) of row
-    # (round * P / SPLITS + pid // SPLITS).
+    # (round * P / SPLITS + pid // SPLITS), whose programs start at pid // SPLITS * SPLITS.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
+    rounds = tl.cdiv(M, rows_at_once)
+    team = pid // SPLITS * SPLITS
+    epoch = exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
         first = (pid // SPLITS).to(tl.int64)
-        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=(cols < N) & (first < M),
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=float("-inf")).to(tl.float32)
-    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+    for rnd in tl.range(0, rounds):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
                 x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
                             ).to(tl.float32)
-            _softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 2)
-            if PREFETCH:  # the next row's chunk is in flight while this row's programs meet
+            publish(exchange_slots(sync_ptr, pid, rnd), _softmax_chunk_stats(x), epoch + 1 + rnd)
+            if PREFETCH:  # the next row's chunk is in flight while this row's partials arrive
                 nxt = row + rows_at_once
-                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=(cols < N) & (nxt < M),
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
             # The chunk stays in registers while the row's programs exchange partials.
-            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
-            m, inv = _softmax_combine(ws_ptr + row * SPLITS * 2, SPLITS, BLOCK_S)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            m, inv = _softmax_merge(column(parts, 0), column(parts, 1), SPLITS, BLOCK_S)
             tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
             if PREFETCH:
                 x = x_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 def _launch_softmax(x, y, plan: utils.RowPlan):
@@ -308,10 +317,10 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
         _softmax_split_apply_kernel[grid](x, y, ws, N, sxm, sxn, N, plan.splits,
                                           BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
-        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=x.device)
-        _softmax_coop_kernel[(plan.grid,)](x, y, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm, sxn, N,
-                                           plan.splits, BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                           launch_cooperative_grid=True, **meta)
+        sync = utils.exchange_buffer(x.device, plan.grid)
+        _softmax_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
+                                           BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
+                                           **utils.coop_launch_options(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -525,40 +534,49 @@ def _double_softmax_reread_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
 
 
 @triton.jit
-def _double_softmax_partial(x, part_ptr):
-    # A chunk's (max m_c, P_1 .. P_4) to part_ptr[0:5], P_k = sum of exp(x - m_c)^k.
+def _double_softmax_chunk_stats(x):
+    # A chunk's partial results as a vector of 8: (max m_c, P_1 .. P_4, 0, 0, 0),
+    # P_k = sum of exp(x - m_c)^k.
     m = tl.max(x, 0)
     e = tl.exp(x - m)
-    tl.store(part_ptr, m)
+    k = tl.arange(0, 8)
+    stats = tl.where(k == 0, m, 0.0)
     ek = e
-    tl.store(part_ptr + 1, tl.sum(ek, 0))
+    stats = tl.where(k == 1, tl.sum(ek, 0), stats)
     ek *= e
-    tl.store(part_ptr + 2, tl.sum(ek, 0))
+    stats = tl.where(k == 2, tl.sum(ek, 0), stats)
     ek *= e
-    tl.store(part_ptr + 3, tl.sum(ek, 0))
+    stats = tl.where(k == 3, tl.sum(ek, 0), stats)
     ek *= e
-    tl.store(part_ptr + 4, tl.sum(ek, 0))
+    return tl.where(k == 4, tl.sum(ek, 0), stats)
+
+
+@triton.jit
+def _double_softmax_merge(parts, N, SPLITS, BLOCK_S: tl.constexpr):
+    # A row's partials ([BLOCK_S, 8], rows from SPLITS on unused) -> (m, 1 / S1, 1 / S2), the
+    # power sums taken at the row max m: T_k = sum_c exp(k (m_c - m)) P_k,c.
+    m_c = tl.where(tl.arange(0, BLOCK_S) < SPLITS, column(parts, 0), float("-inf"))
+    m = tl.max(m_c, 0)
+    r = tl.exp(m_c - m)
+    rk = r
+    T1 = tl.sum(column(parts, 1) * rk, 0)
+    rk *= r
+    T2 = tl.sum(column(parts, 2) * rk, 0)
+    rk *= r
+    T3 = tl.sum(column(parts, 3) * rk, 0)
+    rk *= r
+    T4 = tl.sum(column(parts, 4) * rk, 0)
+    inv1, inv2 = _second_normalizer(T1, T2, T3, T4, N)
+    return m, inv1, inv2
 
 
 @triton.jit
 def _double_softmax_combine(row_parts, N, SPLITS, BLOCK_S: tl.constexpr):
-    # A row's partials (8 floats each, 5 used) -> (m, 1 / S1, 1 / S2), the power sums taken at the row
-    # max m: T_k = sum_c exp(k (m_c - m)) P_k,c.
-    sp = tl.arange(0, BLOCK_S)
-    part = row_parts + sp * 8
-    m_c = tl.load(part, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg")
-    m = tl.max(m_c, 0)
-    r = tl.exp(m_c - m)
-    rk = r
-    T1 = tl.sum(tl.load(part + 1, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
-    rk *= r
-    T2 = tl.sum(tl.load(part + 2, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
-    rk *= r
-    T3 = tl.sum(tl.load(part + 3, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
-    rk *= r
-    T4 = tl.sum(tl.load(part + 4, mask=sp < SPLITS, other=0.0, cache_modifier=".cg") * rk, 0)
-    inv1, inv2 = _second_normalizer(T1, T2, T3, T4, N)
-    return m, inv1, inv2
+    # The split kernels' partials of a row (8 floats each), read through L2 (.cg).
+    sp = tl.arange(0, BLOCK_S)[:, None]
+    k = tl.arange(0, 8)[None, :]
+    parts = tl.load(row_parts + sp * 8 + k, mask=(sp < SPLITS) & (k < 8), other=0.0, cache_modifier=".cg")
+    return _double_softmax_merge(parts, N, SPLITS, BLOCK_S)
 
 
 @triton.jit
@@ -571,7 +589,7 @@ def _double_softmax_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, S
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
                 eviction_policy="evict_last").to(tl.float32)
-    _double_softmax_partial(x, ws_ptr + pid * 8)
+    tl.store(ws_ptr + pid * 8 + tl.arange(0, 8), _double_softmax_chunk_stats(x))
 
 
 @triton.jit
@@ -591,25 +609,41 @@ def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, strid
 
 
 @triton.jit
-def _double_softmax_coop_kernel(x_ptr, z_ptr, ws_ptr, cnt_ptr, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
-                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
+def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                                PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
+    # Rounds, chunks and the exchange as in _softmax_coop_kernel.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
+    rounds = tl.cdiv(M, rows_at_once)
+    team = pid // SPLITS * SPLITS
+    epoch = exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+    if PREFETCH:
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=float("-inf")).to(tl.float32)
+    for rnd in tl.range(0, rounds):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
-                        ).to(tl.float32)
-            _double_softmax_partial(x, ws_ptr + (row * SPLITS + pid % SPLITS) * 8)
-            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
-            m, inv1, inv2 = _double_softmax_combine(ws_ptr + row * SPLITS * 8, N, SPLITS, BLOCK_S)
+            if not PREFETCH:
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
+                            ).to(tl.float32)
+            publish(exchange_slots(sync_ptr, pid, rnd), _double_softmax_chunk_stats(x), epoch + 1 + rnd)
+            if PREFETCH:
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
+                                 other=float("-inf")).to(tl.float32)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 8)
+            m, inv1, inv2 = _double_softmax_merge(parts, N, SPLITS, BLOCK_S)
             z = tl.exp(tl.exp(x - m) * inv1) * inv2
             tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            if PREFETCH:
+                x = x_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 def _launch_double_softmax(x, z, plan: utils.RowPlan):
@@ -633,15 +667,15 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
         _double_softmax_split_apply_kernel[grid](x, z, ws, N, sxm, sxn, N, plan.splits,
                                                  BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
-        ws = torch.empty((M * plan.splits, 8), dtype=torch.float32, device=x.device)
-        _double_softmax_coop_kernel[(plan.grid,)](x, z, ws, utils.zeroed_counters(x.device, 2 * M), M, N, sxm,
-                                                  sxn, N, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                                  launch_cooperative_grid=True, **meta)
+        sync = utils.exchange_buffer(x.device, plan.grid)
+        _double_softmax_coop_kernel[(plan.grid,)](x, z, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
+                                                  BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
+                                                  **utils.coop_launch_options(plan, x.device), **meta)
 
 
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     """The autotuner's candidates for softmax_impl, the heuristic's choice first."""
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, coop_prefetch=True,
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
                            streams=True)
 
 
@@ -871,27 +905,48 @@ def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym
 
 
 @triton.jit
-def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, cnt_ptr, M, N, stride_dym, stride_dyn, stride_ym,
+def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, stride_dym, stride_dyn, stride_ym,
                              stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_S: tl.constexpr):
+                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
+    # Rounds, chunks and the exchange as in _softmax_coop_kernel; the partial is the chunk's dot.
     pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
+    rounds = tl.cdiv(M, rows_at_once)
+    team = pid // SPLITS * SPLITS
+    epoch = exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-    for rnd in tl.range(0, tl.cdiv(M, rows_at_once)):
+    if PREFETCH:
+        first = (pid // SPLITS).to(tl.int64)
+        bound = tl.where(first < M, N, 0)
+        dy = tl.load(dy_ptr + first * stride_dym + cols * stride_dyn, mask=cols < bound, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + first * stride_ym + cols * stride_yn, mask=cols < bound, other=0.0).to(tl.float32)
+    for rnd in tl.range(0, rounds):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
-            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
-            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
-            tl.store(ws_ptr + row * SPLITS + pid % SPLITS, tl.sum(dy * y, 0))
-            row_barrier_wait(cnt_ptr + row * 2, SPLITS)
-            dot = sum_of_partials(ws_ptr + row * SPLITS, SPLITS, BLOCK_S)
+            if not PREFETCH:
+                dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
+                y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
+            publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(dy * y, 0), 0.0),
+                    epoch + 1 + rnd)
+            if PREFETCH:
+                nxt = row + rows_at_once
+                bound = tl.where(nxt < M, N, 0)
+                dy_next = tl.load(dy_ptr + nxt * stride_dym + cols * stride_dyn, mask=cols < bound,
+                                  other=0.0).to(tl.float32)
+                y_next = tl.load(y_ptr + nxt * stride_ym + cols * stride_yn, mask=cols < bound,
+                                 other=0.0).to(tl.float32)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            dot = tl.sum(column(parts, 0), 0)
             tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
                      mask=cols < N)
-            row_barrier_leave(cnt_ptr + row * 2, SPLITS)
+            if PREFETCH:
+                dy = dy_next
+                y = y_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
@@ -918,10 +973,10 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
         _softmax_bwd_split_apply_kernel[grid](dy, y, dx, ws, N, *strides, plan.splits,
                                               BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
-        ws = torch.empty((M * plan.splits,), dtype=torch.float32, device=y.device)
-        _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, ws, utils.zeroed_counters(y.device, 2 * M), M, N,
-                                               *strides, plan.splits, BLOCK_S=utils.next_pow2(plan.splits),
-                                               launch_cooperative_grid=True, **meta)
+        sync = utils.exchange_buffer(y.device, plan.grid)
+        _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, sync, sync.numel(), M, N, *strides, plan.splits,
+                                               BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
+                                               **utils.coop_launch_options(plan, y.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------

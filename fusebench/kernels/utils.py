@@ -239,6 +239,17 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
+def coop_launch_options(plan: RowPlan, device) -> dict:
+    """Launch options of a cooperative plan: a cooperative grid, and a register cap that lets its
+    programs per SM (plan.grid over the SM count) fit -- without one, double_softmax and layernorm
+    took 76-102 registers a thread at 8 and 16 warps, so that 4 (or 2) programs per SM, and the
+    launch, did not fit (ptxas spills what the cap leaves out, at most 8 bytes in the kernels
+    without a prefetch: sm_90, offline, session 17)."""
+    per_sm = cdiv(plan.grid, num_sms(device))
+    regs = min(255, 65536 // (per_sm * plan.num_warps * 32)) // 8 * 8
+    return dict(launch_cooperative_grid=True, maxnreg=regs)
+
+
 def coop_enabled(device) -> bool:
     """Cooperative plans need a GPU (the interpreter runs programs one after another, so a
     barrier would wait forever); FUSEBENCH_COOP=0 turns them off."""
@@ -246,7 +257,7 @@ def coop_enabled(device) -> bool:
 
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
-              coop_prefetch: bool = False, tile_prefetch: bool = False, streams: bool = False,
+              tile_prefetch: bool = False, streams: bool = False,
               rereads: bool = False) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
@@ -254,9 +265,10 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     (smaller programs shorten the last wave of a small grid, larger ones cut per-program
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
-    cooperative rows; rows up to twice `max_onchip` also try one 32-warp program per row (the
-    whole row in registers, 32 fp32 values per thread at 32768 columns).  `coop_prefetch`: the
-    kernel's cooperative plan can prefetch (RowPlan.prefetch); add those variants.  `tile_prefetch`:
+    cooperative rows (each also prefetching, RowPlan.prefetch, and one at one program per SM, whose
+    registers hold a prefetch of two inputs); rows up to twice `max_onchip` also try one 32-warp
+    program per row (the whole row in registers, 32 fp32 values per thread at 32768 columns).
+    `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
     every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
     the kernel has a "stream" mode; add those plans (one persistent program per SM, and two at
@@ -306,8 +318,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     streamed += [reread_plan(device, 32768, 8192, 32), reread_plan(device, 16384, 8192, 32)] if rereads else []
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
-             for prefetch in ((False, True) if coop_prefetch else (False,))
-             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4))] if coop_enabled(device) else []
+             for prefetch in (False, True)
+             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1))] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
@@ -588,10 +600,6 @@ def within(cols, N, EVEN: tl.constexpr):
     return (cols < N) | EVEN
 
 
-# ----------------------------------------------------------------------------------------------
-# device side: a barrier among the programs of one row (cooperative launches only)
-
-
 @triton.jit
 def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr):
     """Columns [0, BLOCK_N) of `row` (loaded evict_last: a first pass that a second re-reads), or
@@ -603,33 +611,99 @@ def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr
                    eviction_policy="evict_last")
 
 
-@triton.jit
-def row_barrier_wait(cnt_ptr, count):
-    """Arrive at the barrier counted at cnt_ptr[0] and wait for all `count` programs.
+# ----------------------------------------------------------------------------------------------
+# cooperative rows: the programs of one row exchange their partial results (GPU launches only)
+#
+# Each program publishes its chunk's statistics as 64-bit words, the fp32 value in the low half
+# and a tag in the high half, and polls its row's words until all carry this round's tag: the
+# word is its own flag, so no fence, counter or second read is needed.  (The barrier used until
+# session 17 -- a release atomic, acquire polls, a re-read of the partials and an acq_rel atomic
+# to leave -- waited for the chunk's loads and the last row's stores at its fences.)  Tags are
+# unique per round and launch: round r of a launch uses epoch + 1 + r, and the last program to
+# finish moves the epoch past them.  The epoch lives on the device, so a launch replayed from a
+# CUDA graph still gets fresh tags.  Slots alternate by round parity: a program can be one round
+# ahead of the others in its row, never two (round r + 1 needs their words of round r + 1).
 
-    Stores made by any thread of this program before the call are visible to the others after
-    theirs: a CTA barrier, then a release increment by one thread; waiters spin on acquire reads.
-    Every program must be resident (launch_cooperative_grid=True).  The spin gives up after
-    2**22 reads, so that a bug shows as a wrong result rather than a hung GPU."""
-    tl.debug_barrier()
-    tl.atomic_add(cnt_ptr, 1, sem="release")
-    seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+SLOT_WORDS = 8  # words per program per round: at most 8 statistics
+_SLOT = tl.constexpr(SLOT_WORDS)
+_EPOCH_WRAP = tl.constexpr(2**30)
+
+
+def exchange_buffer(device, programs: int) -> torch.Tensor:
+    """The int64 buffer of cooperative launches on `device` for up to `programs` programs:
+    [0] the epoch, [1] the count of finished programs, then two rounds' slots per program.  Shared
+    by every cooperative kernel (one launch at a time: fusebench runs one kernel at a time per
+    device); zero when new, so that no slot carries a tag (tags start at 1)."""
+    key = ("exchange", str(torch.device(device)))
+    need = 2 + 2 * programs * SLOT_WORDS
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < need:
+        buf = torch.zeros(max(need, 2 + 2 * 1024 * SLOT_WORDS), dtype=torch.int64, device=device)
+        _COUNTERS[key] = buf
+    return buf
+
+
+@triton.jit
+def exchange_epoch(sync_ptr):
+    """This launch's epoch (read at a program's start; the previous launch's last program wrote it)."""
+    return tl.load(sync_ptr, volatile=True).to(tl.int32)
+
+
+@triton.jit
+def exchange_slots(sync_ptr, pid, rnd):
+    """Program `pid`'s words for round `rnd` (see exchange_buffer)."""
+    return sync_ptr + 2 + ((rnd % 2) * tl.num_programs(0) + pid) * _SLOT
+
+
+@triton.jit
+def publish(slot_ptr, stats, tag):
+    """Write the fp32 vector `stats` (at most SLOT_WORDS) to slot_ptr[0:K], each as one 64-bit
+    word tagged `tag`: relaxed atomic exchanges, one per word, issued and not waited for."""
+    k = tl.arange(0, stats.shape[0])
+    bits = stats.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    tl.atomic_xchg(slot_ptr + k, (tag.to(tl.int64) << 32) | bits, sem="relaxed")
+
+
+@triton.jit
+def collect(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr):
+    """[BLOCK_S, K] fp32: the statistics of the SPLITS programs whose slots start at slot_ptr
+    (program s at slot_ptr + s * SLOT_WORDS), polled until every word carries `tag`; rows from
+    SPLITS on are 0.  The poll gives up after 2**22 reads, so that a bug shows as a wrong result
+    rather than a hung GPU."""
+    s = tl.arange(0, BLOCK_S)[:, None]
+    k = tl.arange(0, K)[None, :]
+    ptrs = slot_ptr + s * _SLOT + k
+    mask = (s < SPLITS) & (k < K)
+    done = tag.to(tl.int64) << 32  # what a masked-off word reads as: tagged, value 0
+    w = tl.load(ptrs, mask=mask, other=done, volatile=True)
     spins = tl.full([], 0, tl.int32)
-    while (seen < count) & (spins < 4194304):
-        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire")
+    while (tl.sum(((w >> 32).to(tl.int32) != tag).to(tl.int32)) > 0) & (spins < 4194304):
+        w = tl.load(ptrs, mask=mask, other=done, volatile=True)
         spins += 1
-    tl.debug_barrier()
+    return (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def row_barrier_leave(cnt_ptr, count):
-    """After row_barrier_wait: the last of the `count` programs to leave resets the arrival
-    counter cnt_ptr[0] and the departure counter cnt_ptr[1] for the next launch (every program
-    has passed its wait by then)."""
-    left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel")
-    if left == count - 1:
-        tl.atomic_xchg(cnt_ptr, 0)
-        tl.atomic_xchg(cnt_ptr + 1, 0)
+def column(stats, k: tl.constexpr):
+    """Column k of collect's [BLOCK_S, K] result, as a [BLOCK_S] vector."""
+    return tl.sum(tl.where(tl.arange(0, stats.shape[1])[None, :] == k, stats, 0.0), 1)
+
+
+@triton.jit
+def exchange_finish(sync_ptr, words, epoch, rounds):
+    """Every program's last step: the last to finish moves the epoch past this launch's tags
+    (epoch + 1 .. epoch + rounds) and resets the count.  Near 2**30 the epoch starts again from
+    0, after that program has cleared all `words` of the buffer's slots (no program reads them
+    any more, and a stale tag could otherwise match a new one)."""
+    done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
+    if done == tl.num_programs(0) - 1:
+        nxt = epoch + 1 + rounds
+        if nxt >= _EPOCH_WRAP:
+            for start in range(2, words, 1024):
+                i = start + tl.arange(0, 1024)
+                tl.store(sync_ptr + i, tl.zeros([1024], tl.int64), mask=i < words)
+        tl.atomic_xchg(sync_ptr + 1, 0)
+        tl.atomic_xchg(sync_ptr, tl.where(nxt >= _EPOCH_WRAP, 0, nxt).to(tl.int64))
 
 
 @triton.jit
