@@ -338,7 +338,7 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 @triton.jit
 def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym,
                            eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                           PREFETCH: tl.constexpr):
+                           PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -365,7 +365,7 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, st
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             mean, rstd = _layernorm_merge(tl.sum(column(parts, 0), 0), tl.sum(column(parts, 1), 0), k, N, eps)
             # weight and bias (from L2) only now: fewer registers live during the exchange
             w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -403,8 +403,7 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
-                                             plan.splits, BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                             **utils.coop_launch_options(plan, x.device), **meta)
+                                             plan.splits, **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -573,7 +572,7 @@ def _norm_chain_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn
 @triton.jit
 def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                            PREFETCH: tl.constexpr):
+                            PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -599,7 +598,7 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stri
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             scale = _chain_scale(tl.sum(column(parts, 0), 0))
             tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
             if PREFETCH:
@@ -628,8 +627,7 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _norm_chain_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                              BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                              **utils.coop_launch_options(plan, x.device), **meta)
+                                              **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------

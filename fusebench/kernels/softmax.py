@@ -261,7 +261,7 @@ def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, s
 @triton.jit
 def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
                          ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                         PREFETCH: tl.constexpr):
+                         PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -289,7 +289,7 @@ def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
             # The chunk stays in registers while the row's programs exchange partials.
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             m, inv = _softmax_merge(column(parts, 0), column(parts, 1), SPLITS, BLOCK_S)
             tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
@@ -319,8 +319,7 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _softmax_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                           BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                           **utils.coop_launch_options(plan, x.device), **meta)
+                                           **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -611,7 +610,7 @@ def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, strid
 @triton.jit
 def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
                                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                                PREFETCH: tl.constexpr):
+                                PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
@@ -637,7 +636,7 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, 
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 8)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 8, WARPS)
             m, inv1, inv2 = _double_softmax_merge(parts, N, SPLITS, BLOCK_S)
             z = tl.exp(tl.exp(x - m) * inv1) * inv2
             tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
@@ -669,8 +668,7 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _double_softmax_coop_kernel[(plan.grid,)](x, z, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                                  BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                                  **utils.coop_launch_options(plan, x.device), **meta)
+                                                  **utils.coop_launch_args(plan, x.device), **meta)
 
 
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -907,7 +905,7 @@ def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym
 @triton.jit
 def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, stride_dym, stride_dyn, stride_ym,
                              stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr):
+                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -939,7 +937,7 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, strid
                                   other=0.0).to(tl.float32)
                 y_next = tl.load(y_ptr + nxt * stride_ym + cols * stride_yn, mask=cols < bound,
                                  other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             dot = tl.sum(column(parts, 0), 0)
             tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
                      mask=cols < N)
@@ -975,8 +973,7 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(y.device, plan.grid)
         _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, sync, sync.numel(), M, N, *strides, plan.splits,
-                                               BLOCK_S=utils.next_pow2(plan.splits), PREFETCH=plan.prefetch,
-                                               **utils.coop_launch_options(plan, y.device), **meta)
+                                               **utils.coop_launch_args(plan, y.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -239,15 +239,17 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
-def coop_launch_options(plan: RowPlan, device) -> dict:
-    """Launch options of a cooperative plan: a cooperative grid, and a register cap that lets its
-    programs per SM (plan.grid over the SM count) fit -- without one, double_softmax and layernorm
-    took 76-102 registers a thread at 8 and 16 warps, so that 4 (or 2) programs per SM, and the
-    launch, did not fit (ptxas spills what the cap leaves out, at most 8 bytes in the kernels
-    without a prefetch: sm_90, offline, session 17)."""
+def coop_launch_args(plan: RowPlan, device) -> dict:
+    """What every cooperative kernel takes from its plan: the constexprs BLOCK_S (the splits,
+    rounded up to a power of two), PREFETCH and WARPS, and the launch options: a cooperative grid,
+    and a register cap that lets its programs per SM (plan.grid over the SM count) fit.  Without
+    the cap, double_softmax and layernorm took 76-102 registers a thread at 8 and 16 warps, so
+    that 4 (or 2) programs per SM, and the launch, did not fit; ptxas spills what the cap leaves
+    out, at most 8 bytes in the kernels without a prefetch (sm_90, offline, session 17)."""
     per_sm = cdiv(plan.grid, num_sms(device))
     regs = min(255, 65536 // (per_sm * plan.num_warps * 32)) // 8 * 8
-    return dict(launch_cooperative_grid=True, maxnreg=regs)
+    return dict(BLOCK_S=next_pow2(plan.splits), PREFETCH=plan.prefetch, WARPS=plan.num_warps,
+                launch_cooperative_grid=True, maxnreg=regs)
 
 
 def coop_enabled(device) -> bool:
@@ -665,22 +667,30 @@ def publish(slot_ptr, stats, tag):
 
 
 @triton.jit
-def collect(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr):
+def collect(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr, WARPS: tl.constexpr):
     """[BLOCK_S, K] fp32: the statistics of the SPLITS programs whose slots start at slot_ptr
     (program s at slot_ptr + s * SLOT_WORDS), polled until every word carries `tag`; rows from
-    SPLITS on are 0.  The poll gives up after 2**22 reads, so that a bug shows as a wrong result
-    rather than a hung GPU."""
-    s = tl.arange(0, BLOCK_S)[:, None]
-    k = tl.arange(0, K)[None, :]
-    ptrs = slot_ptr + s * _SLOT + k
-    mask = (s < SPLITS) & (k < K)
+    SPLITS on are 0.  WARPS: the program's warps.
+
+    Every thread polls words of its own: R copies of the BLOCK_S x K words, at least two per
+    thread.  With fewer words than threads, Triton would hold them replicated across warps, load
+    every copy, but test the tags of one copy only, and a warp could go on with a stale copy
+    (session 17, H100: wrong rows at 300x70000).  The poll gives up after 2**22 reads, so that a
+    bug shows as a wrong result rather than a hung GPU."""
+    R: tl.constexpr = 1 if BLOCK_S * K >= 64 * WARPS else 64 * WARPS // (BLOCK_S * K)
+    s = tl.arange(0, BLOCK_S)[None, :, None]
+    k = tl.arange(0, K)[None, None, :]
+    ptrs = tl.broadcast_to(slot_ptr + s * _SLOT + k, [R, BLOCK_S, K])
+    mask = tl.broadcast_to((s < SPLITS) & (k < K), [R, BLOCK_S, K])
     done = tag.to(tl.int64) << 32  # what a masked-off word reads as: tagged, value 0
     w = tl.load(ptrs, mask=mask, other=done, volatile=True)
     spins = tl.full([], 0, tl.int32)
     while (tl.sum(((w >> 32).to(tl.int32) != tag).to(tl.int32)) > 0) & (spins < 4194304):
         w = tl.load(ptrs, mask=mask, other=done, volatile=True)
         spins += 1
-    return (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    # the copies are equal now: the first, exactly (zeros added)
+    first = tl.broadcast_to(tl.arange(0, R)[:, None, None] == 0, [R, BLOCK_S, K])
+    return tl.sum(tl.where(first, (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), 0.0), 0)
 
 
 @triton.jit
