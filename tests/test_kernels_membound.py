@@ -470,7 +470,7 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
     # plan fits (its register cap, utils.coop_launch_args).
     args = inputs(name, shape, dtype, seed=4)
     plans = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream", "reread")]
-    assert sum(p.mode == "coop" for p in plans) == 6
+    assert any(p.mode == "coop" for p in plans)
     for plan in plans:
         checked(name, IMPL[name](*args, plan=plan), args, plan)
 
@@ -481,13 +481,18 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
 def test_gpu_cooperative_exchange_repeated(name, shape):
     # The exchange between the programs of a row is a race if it is wrong (session 17: a warp went on
     # with a stale copy of the partials in a few rows of a few calls): each cooperative plan three
-    # times on new inputs, every row checked.
+    # times on new inputs, every element checked (on the GPU, against one reference per input).
+    case = get_case(name)
+    atol, rtol = case.tolerance(torch.float32)
     plans = [p for p in PLANS[name](*shape, DEVICE) if p.mode == "coop"]
-    assert len(plans) == 6
+    assert len(plans) == 8
     for seed in range(3):
         args = inputs(name, shape, torch.float32, seed=10 + seed)
+        ref = case.run_reference(args).to(args[0].device)
+        bound = atol * ref.abs().max() + rtol * ref.abs()
         for plan in plans:
-            checked(name, IMPL[name](*args, plan=plan), args, plan)
+            bad = int(((IMPL[name](*args, plan=plan).double() - ref).abs() > bound).sum())
+            assert bad == 0, f"{plan.describe()}, seed {10 + seed}: {bad} elements out of tolerance"
 
 
 def checked(name, out, args, plan):

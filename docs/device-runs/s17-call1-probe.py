@@ -8,6 +8,7 @@ cooperative plan now and before.  Each plan's output is checked against the case
 reference first.  Prints one table per case and shape; writes JSON lines.
 
     PYTHONPATH=.:.ab python docs/device-runs/s17-call1-probe.py OUT.jsonl [case ...]
+    (PROBE_SHAPES=512x65536,... to choose shapes; PROBE_OLD=0 to leave out the previous commit's plans)
 """
 from __future__ import annotations
 
@@ -21,21 +22,26 @@ import torch
 from fusebench.cases import get_case
 from fusebench.kernels import norms, softmax as sm, utils
 from fusebench.measure.timing import TimingSettings, time_interleaved
-import fusebench_old.kernels.norms as old_norms
-import fusebench_old.kernels.softmax as old_sm
-
 NEW = {"softmax": (sm.softmax_impl, sm.softmax_plans), "double_softmax": (sm.double_softmax_impl, sm.double_softmax_plans),
        "softmax_backward": (sm.softmax_backward_impl, sm.softmax_backward_plans),
        "layernorm": (norms.layernorm_impl, norms.layernorm_plans), "norm_chain": (norms.norm_chain_impl, norms.norm_chain_plans)}
-OLD = {"softmax": (old_sm.softmax_impl, old_sm.softmax_plans),
-       "double_softmax": (old_sm.double_softmax_impl, old_sm.double_softmax_plans),
-       "softmax_backward": (old_sm.softmax_backward_impl, old_sm.softmax_backward_plans),
-       "layernorm": (old_norms.layernorm_impl, old_norms.layernorm_plans),
-       "norm_chain": (old_norms.norm_chain_impl, old_norms.norm_chain_plans)}
 SHAPES = [(512, 65536), (2048, 65536), (8192, 65536), (1024, 32768)]
 DEV = "cuda:0"
+if os.environ.get("PROBE_SHAPES"):  # e.g. 512x65536,1024x65536
+    SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ["PROBE_SHAPES"].split(",")]
 if os.environ.get("PROBE_SMOKE"):  # a dry run on the CPU (no cooperative plans there)
     SHAPES, DEV = [(4, 300)], "cpu"
+OLD_TOO = os.environ.get("PROBE_OLD", "1") != "0"  # PROBE_OLD=0: this commit's plans only (no .ab/ needed)
+OLD = {}
+if OLD_TOO:
+    import fusebench_old.kernels.norms as old_norms
+    import fusebench_old.kernels.softmax as old_sm
+
+    OLD = {"softmax": (old_sm.softmax_impl, old_sm.softmax_plans),
+           "double_softmax": (old_sm.double_softmax_impl, old_sm.double_softmax_plans),
+           "softmax_backward": (old_sm.softmax_backward_impl, old_sm.softmax_backward_plans),
+           "layernorm": (old_norms.layernorm_impl, old_norms.layernorm_plans),
+           "norm_chain": (old_norms.norm_chain_impl, old_norms.norm_chain_plans)}
 
 
 def max_rel_err(case, out, args):
@@ -58,7 +64,6 @@ def main() -> None:
             src = torch.empty(moved // 8, dtype=torch.float32, device=DEV)
             dst = torch.empty_like(src)
             new_impl, new_plans = NEW[name]
-            old_impl, old_plans = OLD[name]
             utils.forget_choice()
             new_impl(*args)  # autotunes among every candidate
             kept = utils.last_choice()
@@ -66,9 +71,11 @@ def main() -> None:
             for p in new_plans(M, N, DEV):
                 if p.mode == "coop":
                     calls[f"new {p.describe()}"] = (lambda p=p: new_impl(*args, plan=p))
-            for p in old_plans(M, N, DEV):
-                if p.mode == "coop":
-                    calls[f"old {p.describe()}"] = (lambda p=p: old_impl(*args, plan=p))
+            if OLD_TOO:
+                old_impl, old_plans = OLD[name]
+                for p in old_plans(M, N, DEV):
+                    if p.mode == "coop":
+                        calls[f"old {p.describe()}"] = (lambda p=p, f=old_impl: f(*args, plan=p))
             fns, labels, notes = [], [], {}
             for label, fn in calls.items():
                 try:

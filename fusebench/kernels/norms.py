@@ -365,11 +365,17 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, st
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=0.0).to(tl.float32)
+            # Weight and bias (from L2) in flight during the exchange where the registers allow it:
+            # no prefetch, at most 8 values a thread (16 made ptxas spill 64 bytes under the cap).
+            WB_EARLY: tl.constexpr = (not PREFETCH) and BLOCK_N <= 8 * 32 * WARPS
+            if WB_EARLY:
+                w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+                b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             mean, rstd = _layernorm_merge(tl.sum(column(parts, 0), 0), tl.sum(column(parts, 1), 0), k, N, eps)
-            # weight and bias (from L2) only now: fewer registers live during the exchange
-            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            if not WB_EARLY:
+                w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+                b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
             if PREFETCH:
