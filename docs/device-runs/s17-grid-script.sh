@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# session 17, calls 4 on (one GPU): the five cooperative cases' whole grids at this commit, fp32,
+# eager / inductor / triton / memcpy, the clean flush, as one run over several calls: the first call
+# starts run 1 in .grid/grid.db, later ones carry that store back (carry .grid) and resume it.
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FUSEBENCH_COMMIT=${COMMIT:-unknown}
+T0=$(date +%s)
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/log.txt; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a $OUT/log.txt
+mkdir -p /tmp/g
+CASES="double_softmax layernorm softmax norm_chain softmax_backward"
+if [ -f .grid/grid.db ]; then cp .grid/grid.db /tmp/g/grid.db; RESUME="--resume 1"; else RESUME=""; fi
+log "grid run $RESUME"
+FUSEBENCH_AUTOTUNE_LOG=/tmp/g/autotune.log timeout -k 15 ${GRID_S:-530} python -m fusebench run $CASES \
+  --shapes grid --impl eager,inductor,triton,memcpy --metrics none --db /tmp/g/grid.db $RESUME > /tmp/g/run.txt 2>&1
+log "exit $?"; tail -40 /tmp/g/run.txt >> $OUT/log.txt
+cp /tmp/g/grid.db $OUT/grid.db
+gzip -c /tmp/g/autotune.log > $OUT/autotune.log.gz
+log done
