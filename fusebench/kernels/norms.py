@@ -280,7 +280,13 @@ def _layernorm_reread_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
 def _layernorm_chunk_stats(x, k, cols, N):
     # A chunk's partial results as a vector: (sum d, sum d^2), d = x - k.
     d = tl.where(cols < N, x - k, 0.0)
-    return tl.where(tl.arange(0, 2) == 0, tl.sum(d, 0), tl.sum(d * d, 0))
+    sum_d, sum_d2 = tl.reduce((d, d * d), 0, _add2)  # one exchange between warps, not two
+    return tl.where(tl.arange(0, 2) == 0, sum_d, sum_d2)
+
+
+@triton.jit
+def _add2(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
 
 
 @triton.jit

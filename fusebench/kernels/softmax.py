@@ -283,7 +283,11 @@ def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_
             if not PREFETCH:
                 x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
                             ).to(tl.float32)
-            publish(exchange_slots(sync_ptr, pid, rnd), _softmax_chunk_stats(x), epoch + 1 + rnd)
+            # The chunk becomes e = exp(x - m_c), m_c its max: the output is e times one scalar.
+            m_c = tl.max(x, 0)
+            x = tl.exp(x - m_c)
+            publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, m_c, tl.sum(x, 0)),
+                    epoch + 1 + rnd)
             if PREFETCH:  # the next row's chunk is in flight while this row's partials arrive
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
@@ -291,7 +295,7 @@ def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_
             # The chunk stays in registers while the row's programs exchange partials.
             parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             m, inv = _softmax_merge(column(parts, 0), column(parts, 1), SPLITS, BLOCK_S)
-            tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) * inv).to(y_ptr.dtype.element_ty),
+            tl.store(y_ptr + row * stride_ym + cols, (x * (tl.exp(m_c - m) * inv)).to(y_ptr.dtype.element_ty),
                      mask=cols < N)
             if PREFETCH:
                 x = x_next
@@ -533,12 +537,10 @@ def _double_softmax_reread_kernel(x_ptr, z_ptr, M, N, stride_xm, stride_xn, stri
 
 
 @triton.jit
-def _double_softmax_chunk_stats(x):
-    # A chunk's partial results as a vector of 8: (max m_c, P_1 .. P_4, 0, 0, 0),
-    # P_k = sum of exp(x - m_c)^k.
-    # The four sums as one reduction: one exchange between warps instead of four.
-    m = tl.max(x, 0)
-    e = tl.exp(x - m)
+def _double_softmax_chunk_stats(e, m):
+    # A chunk's partial results as a vector of 8: (max m_c, P_1 .. P_4, 0, 0, 0), given m = m_c
+    # and e = exp(x - m_c): P_k = sum of e^k.  The four sums as one reduction: one exchange
+    # between warps instead of four.
     e2 = e * e
     P1, P2, P3, P4 = tl.reduce((e, e2, e2 * e, e2 * e2), 0, _add4)
     k = tl.arange(0, 8)
@@ -589,7 +591,8 @@ def _double_softmax_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, S
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"),
                 eviction_policy="evict_last").to(tl.float32)
-    tl.store(ws_ptr + pid * 8 + tl.arange(0, 8), _double_softmax_chunk_stats(x))
+    m = tl.max(x, 0)
+    tl.store(ws_ptr + pid * 8 + tl.arange(0, 8), _double_softmax_chunk_stats(tl.exp(x - m), m))
 
 
 @triton.jit
@@ -632,14 +635,17 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, 
             if not PREFETCH:
                 x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
                             ).to(tl.float32)
-            publish(exchange_slots(sync_ptr, pid, rnd), _double_softmax_chunk_stats(x), epoch + 1 + rnd)
+            # The chunk becomes e = exp(x - m_c), m_c its max (see _softmax_coop_kernel).
+            m_c = tl.max(x, 0)
+            x = tl.exp(x - m_c)
+            publish(exchange_slots(sync_ptr, pid, rnd), _double_softmax_chunk_stats(x, m_c), epoch + 1 + rnd)
             if PREFETCH:
                 nxt = row + rows_at_once
                 x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
             parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 8, WARPS)
             m, inv1, inv2 = _double_softmax_merge(parts, N, SPLITS, BLOCK_S)
-            z = tl.exp(tl.exp(x - m) * inv1) * inv2
+            z = tl.exp(x * (tl.exp(m_c - m) * inv1)) * inv2
             tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
             if PREFETCH:
                 x = x_next
