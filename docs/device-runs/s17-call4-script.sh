@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 17, call 4 (one GPU): the GPU tests of the cooperative plans (now 10 a shape: 2048-column
 # chunks at 4 warps added), then the probe at 512-2048 rows of 65536 columns, this commit's plans
-# only (softmax and double_softmax keep exp(x - m_c), one exp an element fewer; layernorm.s two
+# only (softmax and double_softmax keep exp(x - m_c), one exp an element fewer; layernorm's two
 # sums as one reduction).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FUSEBENCH_COMMIT=${COMMIT:-unknown}
 T0=$(date +%s)
