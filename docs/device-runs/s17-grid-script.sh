@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session 17, calls 4 on (one GPU): the five cooperative cases' whole grids at this commit, fp32,
+# session 17, calls 5 on (one GPU): the cooperative cases' whole grids at this commit (softmax_backward
+# apart: its long rows only, see s17-smbwd-script.sh), fp32,
 # eager / inductor / triton / memcpy, the clean flush, as one run over several calls: the first call
 # starts run 1 in .grid/grid.db, later ones carry that store back (carry .grid) and resume it.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FUSEBENCH_COMMIT=${COMMIT:-unknown}
@@ -7,7 +8,7 @@ T0=$(date +%s)
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/log.txt; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a $OUT/log.txt
 mkdir -p /tmp/g
-CASES="double_softmax layernorm softmax norm_chain softmax_backward"
+CASES="${CASES:-double_softmax layernorm softmax norm_chain}"
 if [ -f .grid/grid.db ]; then cp .grid/grid.db /tmp/g/grid.db; RESUME="--resume 1"; else RESUME=""; fi
 log "grid run $RESUME"
 FUSEBENCH_AUTOTUNE_LOG=/tmp/g/autotune.log timeout -k 15 ${GRID_S:-530} python -m fusebench run $CASES \

@@ -268,8 +268,9 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
     cooperative rows (each also prefetching, RowPlan.prefetch; one at one program per SM, whose
-    registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads; one of
-    8 programs an SM); rows up to twice `max_onchip` also try one 32-warp
+    registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads: the
+    fastest for softmax_backward at 512-2048 rows of 65536 columns, H100; 2048-column chunks at 8
+    programs an SM were not faster than these, session 17); rows up to twice `max_onchip` also try one 32-warp
     program per row (the whole row in registers, 32 fp32 values per thread at 32768 columns).
     `tile_prefetch`:
     the kernel's tile plan can load its per-column parameters with the rows; add that variant of
@@ -322,7 +323,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in (False, True)
-             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (2048, 4, 8))
+             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2))
              ] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
