@@ -9,10 +9,12 @@ log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/log.txt; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a $OUT/log.txt
 mkdir -p /tmp/g
 CASES="${CASES:-double_softmax layernorm softmax norm_chain}"
-if [ -f .grid/grid.db ]; then cp .grid/grid.db /tmp/g/grid.db; RESUME="--resume 1"; else RESUME=""; fi
-log "grid run $RESUME"
-FUSEBENCH_AUTOTUNE_LOG=/tmp/g/autotune.log timeout -k 15 ${GRID_S:-530} python -m fusebench run $CASES \
-  --shapes grid --impl eager,inductor,triton,memcpy --metrics none --db /tmp/g/grid.db $RESUME > /tmp/g/run.txt 2>&1
+# (a resumed run takes its selection from the store)
+if [ -f .grid/grid.db ]; then cp .grid/grid.db /tmp/g/grid.db; SELECT="--resume 1"
+else SELECT="$CASES --shapes grid --impl eager,inductor,triton,memcpy"; fi
+log "grid run $SELECT"
+FUSEBENCH_AUTOTUNE_LOG=/tmp/g/autotune.log timeout -k 15 ${GRID_S:-530} python -m fusebench run $SELECT \
+  --metrics none --db /tmp/g/grid.db > /tmp/g/run.txt 2>&1
 log "exit $?"; tail -40 /tmp/g/run.txt >> $OUT/log.txt
 cp /tmp/g/grid.db $OUT/grid.db
 gzip -c /tmp/g/autotune.log > $OUT/autotune.log.gz
