@@ -10,12 +10,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | t
 mkdir -p /tmp/g
 CASES="${CASES:-double_softmax layernorm softmax norm_chain}"
 # (a resumed run takes its selection from the store)
-if [ -f .grid/grid.db ]; then cp .grid/grid.db /tmp/g/grid.db; SELECT="--resume 1"
+# The store lives in $OUT, so that it comes back even when the call is cut short.
+if [ -f .grid/grid.db ]; then cp .grid/grid.db $OUT/grid.db; SELECT="--resume 1"
 else SELECT="$CASES --shapes grid --impl eager,inductor,triton,memcpy"; fi
 log "grid run $SELECT"
 FUSEBENCH_AUTOTUNE_LOG=/tmp/g/autotune.log timeout -k 15 ${GRID_S:-530} python -m fusebench run $SELECT \
-  --metrics none --db /tmp/g/grid.db > /tmp/g/run.txt 2>&1
+  --metrics none --db $OUT/grid.db > /tmp/g/run.txt 2>&1
 log "exit $?"; tail -40 /tmp/g/run.txt >> $OUT/log.txt
-cp /tmp/g/grid.db $OUT/grid.db
 gzip -c /tmp/g/autotune.log > $OUT/autotune.log.gz
 log done
