@@ -2,9 +2,9 @@
 
 Host side: sizes, device facts, launch plans for row-wise and element-wise kernels, vector
 alignment, scratch counters and a small per-shape autotuner.  Device side (`@triton.jit`
-helpers): a column mask that compiles away when a row is a whole number of steps, a barrier among
-the programs that share one row, for cooperative kernels, and the sum of partial results that
-other programs wrote.
+helpers): a column mask that compiles away when a row is a whole number of steps, the exchange of
+partial results among the programs that share one row, for cooperative kernels, and the sum of
+partial results that other programs wrote.
 
 Heuristics (documented here once, used by every memory-bound kernel):
 
@@ -18,9 +18,10 @@ Heuristics (documented here once, used by every memory-bound kernel):
 * Longer rows (see RowPlan): `loop`, one program per row making two passes over it (the second
   mostly from L2); `split`, several programs per row and a second launch that combines their
   partial results and re-reads the row; `coop`, several programs per row that keep their chunks
-  in registers and meet at a per-row barrier, so the row is read once (a cooperative launch,
-  which guarantees that all programs are resident, so the barrier cannot deadlock; GPU only:
-  the interpreter runs programs one after another).  The heuristic's first choice is `split`
+  in registers and exchange their partial results (publish, collect), so the row is read once
+  (a cooperative launch, which guarantees that all programs are resident, so that the wait for
+  the others' partials cannot deadlock; GPU only: the interpreter runs programs one after
+  another).  The heuristic's first choice is `split`
   for fewer rows than twice the SM count, else `loop`; on a GPU the autotuner times them all.
   Looped passes may also be software-pipelined (`stages` >= 2: loads of the next steps in flight
   through shared memory) or prefetched (`stages` = 1: the next step's loads issued into registers
@@ -32,9 +33,12 @@ Heuristics (documented here once, used by every memory-bound kernel):
   8192 rows.  Pipelined passes re-read more (1.5-2x) even at short reuse distances (not
   understood).  Row "teams" (several programs per row, each walking its part twice, exchanging
   partials one row behind) read 1.0-1.1x but stayed at 0.3-0.65 of the copy rate: removed.
-  `split` wins for few rows and for double_softmax, `coop` (read once, but its barrier wait
-  leaves DRAM idle: 0.6-0.75) for softmax_backward, whose two inputs double a loop's reuse
-  distance.  `reread` (session 13) reduces each first-pass step at once, so that its steps can be
+  `split` wins for few rows.  `coop` with a per-row barrier (until session 16) read once but
+  reached only 0.55-0.9 of the copy rate: its fences waited for the chunk's loads and the last
+  row's stores.  Since session 17 the partials travel as tagged words with no fence (see
+  `publish`), and the autotuner keeps `coop` at 512-8192 rows of 65536 columns for softmax,
+  softmax_backward, layernorm and norm_chain (H100: 0.83-0.99 of the same-size copy;
+  double_softmax, whose chunks cost more arithmetic, keeps `reread`).  `reread` (session 13) reduces each first-pass step at once, so that its steps can be
   whole 32768-column rows: at 4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows
   in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
@@ -140,7 +144,8 @@ class RowPlan:
                   chunk is written from registers, not re-read.
     mode "coop":  `grid` programs (a multiple of `splits`) take `grid / splits` rows at a time,
                   `splits` programs per row, each holding a chunk of `block_n` columns in
-                  registers across a per-row barrier: one launch, one read.
+                  registers while the row's programs exchange partial results: one launch, one
+                  read.
     mode "reread": `grid` persistent programs; a first pass over a row in big steps of `block_n`
                   columns (a 32768-column row in one), each reduced at once to scalars, the next
                   step's loads in flight; then the row re-read backwards (mostly from L2) in steps
@@ -153,8 +158,8 @@ class RowPlan:
     num_warps: int
     splits: int = 1
     grid: int = 0
-    # Load ahead what a later step needs -- coop: the next row's chunk before waiting at this row's
-    # barrier; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
+    # Load ahead what a later step needs -- coop: the next row's chunk before waiting for this row's
+    # partials; tile: the per-column parameters (layernorm's weight and bias) together with the rows,
     # one memory round trip fewer before the store, three row-sized values per thread instead of one.
     prefetch: bool = False
     # loop: software-pipeline each pass's loads this deep through shared memory (None: not at all;
@@ -229,10 +234,10 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
 
 def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
               prefetch: bool = False) -> RowPlan:
-    """Cooperative rows: `per_sm` programs per SM (the launch fails, and the autotuner skips the
-    plan, if they do not fit), grouped `splits` to a row, at most M rows at a time.  With
-    `prefetch` each program loads its chunk of the next row before it waits at the barrier, so
-    that DRAM stays busy while the row's programs exchange partial results (twice the registers)."""
+    """Cooperative rows: `per_sm` programs per SM (coop_launch_args caps their registers so that
+    they fit), grouped `splits` to a row, at most M rows at a time.  With `prefetch` each program
+    loads its chunk of the next row before it waits for this row's partials, so that DRAM stays
+    busy while the row's programs exchange them (twice the registers)."""
     chunk = next_pow2(chunk)
     splits = cdiv(N, chunk)
     rows_at_once = max(1, min(M, num_sms(device) * per_sm // splits))
@@ -254,7 +259,7 @@ def coop_launch_args(plan: RowPlan, device) -> dict:
 
 def coop_enabled(device) -> bool:
     """Cooperative plans need a GPU (the interpreter runs programs one after another, so a
-    barrier would wait forever); FUSEBENCH_COOP=0 turns them off."""
+    program waiting for another's partials would wait forever); FUSEBENCH_COOP=0 turns them off."""
     return torch.device(device).type == "cuda" and not is_interpreter() and os.environ.get("FUSEBENCH_COOP", "1") != "0"
 
 
@@ -285,10 +290,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     session 11: its column masks made ptxas spill.  Without them (utils.within) it is that case's
     fastest plan at 32768 columns (session 16), a candidate there (softmax.softmax_backward_plans).
     Not candidates: (session 11) launching our looped and streamed kernels with num_stages=1, as
-    Inductor does, changed nothing.  (Session 13, 2048x65536:) cooperative plans with the next row's chunk
-    in flight across the barrier, at one or two programs per SM so that the registers suffice: 0.31-0.64
-    of the same-size copy against 0.47-0.77 without; a running max per lane instead of per step in
-    the streamed softmax: 0.58-0.81 against 0.83-0.87."""
+    Inductor does, changed nothing; (session 13, 2048x65536) a running max per lane instead of per
+    step in the streamed softmax: 0.58-0.81 against 0.83-0.87."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -623,7 +626,8 @@ def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr
 # and a tag in the high half, and polls its row's words until all carry this round's tag: the
 # word is its own flag, so no fence, counter or second read is needed.  (The barrier used until
 # session 17 -- a release atomic, acquire polls, a re-read of the partials and an acq_rel atomic
-# to leave -- waited for the chunk's loads and the last row's stores at its fences.)  Tags are
+# to leave -- waited for the chunk's loads and the last row's stores at its fences; the same plans
+# with this exchange ran 1.07-1.39x faster, H100, docs/device-runs/s17-call2.)  Tags are
 # unique per round and launch: round r of a launch uses epoch + 1 + r, and the last program to
 # finish moves the epoch past them.  The epoch lives on the device, so a launch replayed from a
 # CUDA graph still gets fresh tags.  Slots alternate by round parity: a program can be one round
