@@ -6,9 +6,9 @@ each row (`stream`: the same on persistent programs, as one chain of steps with 
 always in flight, see softmax.py); `split` (few long rows) spreads a row over several programs,
 with a stats kernel and an apply kernel (the input is read twice, the second time mostly from
 L2); `coop` spreads a row over several programs that keep their chunks in registers while they
-exchange partial results (utils.publish, utils.collect: one read); `reread` (layernorm) is `stream` with a first pass of big steps, each
-reduced at once to two scalars (a 32768-column row in one step), and a second pass of smaller
-steps from L2.
+exchange partial results (utils.publish, utils.collect: one read); `reread` (layernorm) is
+`stream` with a first pass of big steps, each reduced at once to two scalars (a 32768-column row
+in one step), and a second pass of smaller steps from L2.
 
 LayerNorm statistics are taken of d = x - K, K the row's first element, so that a large mean
 neither costs the sums their low bits nor cancels the variance away.  On chip: the two-pass

@@ -38,9 +38,9 @@ Heuristics (documented here once, used by every memory-bound kernel):
   row's stores.  Since session 17 the partials travel as tagged words with no fence (see
   `publish`), and the autotuner keeps `coop` at 512-8192 rows of 65536 columns for softmax,
   softmax_backward, layernorm and norm_chain (H100: 0.83-0.99 of the same-size copy;
-  double_softmax, whose chunks cost more arithmetic, keeps `reread`).  `reread` (session 13) reduces each first-pass step at once, so that its steps can be
-  whole 32768-column rows: at 4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows
-  in registers: 0.86; H200).
+  double_softmax, whose chunks cost more arithmetic, keeps `reread`).  `reread` (session 13)
+  reduces each first-pass step at once, so that its steps can be whole 32768-column rows: at
+  4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
   row starts aligned and the mask uniform over each vector, which it knows only for sizes and
   strides divisible by 16.  `vector_align` finds the largest power of two that divides a row's
