@@ -412,8 +412,8 @@ def test_row_plans_heuristic():
     coop = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
     assert (coop.splits, coop.grid) == (8, 8)
     # its register cap lets two 16-warp programs share an SM's 65536 registers
-    assert utils.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16, launch_cooperative_grid=True,
-                                                    maxnreg=64)
+    assert utils.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16,
+                                                    launch_cooperative_grid=True, maxnreg=64)
     assert utils.coop_launch_args(utils.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
     p = utils.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8
@@ -563,6 +563,14 @@ def test_unmasked_long_row_plans_do_not_spill():
     assert "softmax_backward loop 32768 32w" in usage
     assert {k: v["stack"] for k, v in usage.items() if v["stack"]} == {}
     assert usage["softmax_backward loop 32768 32w"]["registers"] <= 64  # 32 warps: 64 a thread at most
+
+
+def test_cooperative_plans_fit_their_register_cap():
+    """Two or four cooperative programs share an SM only under the register cap
+    (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch."""
+    usage = _sass_report("--coop")
+    assert len(usage) == 20
+    assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > 8} == {}
 
 
 def test_l2_flush_kernel_zeroes_the_whole_buffer():

@@ -9,9 +9,11 @@ others' layout through shared memory before it issued their loads).
 
     python -m fusebench.kernels.sass        # the memory-op order of each single-pass kernel, as JSON
     python -m fusebench.kernels.sass --usage  # registers and spilled bytes of the unmasked long-row plans
+    python -m fusebench.kernels.sass --coop   # the same for the cooperative plans, under their register caps
 
 The second property: no spills in the long-row plans that Inductor's kernels match (per-element
-masks hold registers; see utils.within).
+masks hold registers; see utils.within).  The third: the cooperative plans fit their programs per
+SM (utils.coop_launch_args caps their registers) with little spilled.
 
 Needs Triton's bundled ptxas and cuobjdump (the NVIDIA backend's bin/), and the kernels compiled
 by the real JIT, not the interpreter (run it with TRITON_INTERPRET unset).
@@ -78,12 +80,13 @@ def cubin_sass(cubin: bytes) -> str:
 
 def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> str:
     """SASS of `kernel` (a @triton.jit function) for sm_<arch>.  Arguments not in `constexprs`:
-    names ending in _ptr are fp32 pointers, `eps` an fp32, the rest int32; all of them divisible
-    by 16, as the JIT specializes them for power-of-two shapes and aligned tensors."""
+    `sync_ptr` (the cooperative kernels' exchange buffer) an int64 pointer, other names ending in
+    _ptr fp32 pointers, `eps` an fp32, the rest int32; all of them divisible by 16, as the JIT
+    specializes them for power-of-two shapes and aligned tensors."""
     return cubin_sass(_compile(kernel, constexprs, num_warps, arch))
 
 
-def _compile(kernel, constexprs: dict, num_warps: int, arch: int) -> bytes:
+def _compile(kernel, constexprs: dict, num_warps: int, arch: int, maxnreg: int | None = None) -> bytes:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -97,17 +100,21 @@ def _compile(kernel, constexprs: dict, num_warps: int, arch: int) -> bytes:
         if p.is_constexpr or p.name in constexprs:
             sig[p.name] = "constexpr"
         else:
-            sig[p.name] = "*fp32" if p.name.endswith("_ptr") else "fp32" if p.name == "eps" else "i32"
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "i32")}
+            sig[p.name] = ("*i64" if p.name == "sync_ptr" else "*fp32" if p.name.endswith("_ptr")
+                           else "fp32" if p.name == "eps" else "i32")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "*i64", "i32")}
     src = ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     return compiled.asm["cubin"]
 
 
-def resource_usage(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> tuple[int, int]:
-    """(registers per thread, stack bytes per thread) of `kernel` built as compile_sass builds it;
-    a non-zero stack in these kernels, which keep no arrays in local memory, is ptxas spilling."""
-    out = _cuobjdump(_compile(kernel, constexprs, num_warps, arch), "-res-usage")
+def resource_usage(kernel, constexprs: dict, num_warps: int, arch: int = 90,
+                   maxnreg: int | None = None) -> tuple[int, int]:
+    """(registers per thread, stack bytes per thread) of `kernel` built as compile_sass builds it
+    (under a register cap, if given); a non-zero stack in these kernels, which keep no arrays in
+    local memory, is ptxas spilling."""
+    out = _cuobjdump(_compile(kernel, constexprs, num_warps, arch, maxnreg), "-res-usage")
     m = re.search(r"REG:(\d+) STACK:(\d+)", out)
     if m is None:
         raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-300:]}")
@@ -157,6 +164,28 @@ def unmasked_long_row_kernels() -> dict[str, tuple]:
     }
 
 
+def cooperative_kernels() -> dict[str, tuple]:
+    """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
+    65536 fp32 columns in each of the plans utils.row_plans lists, without the prefetch (with it,
+    the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
+    them like the others)."""
+    from fusebench.kernels import norms, softmax as sm
+    from fusebench.kernels.utils import coop_register_cap
+
+    kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1)),
+               "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1)),
+               "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1)),
+               "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1)),
+               "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1))}
+    out = {}
+    for name, (kernel, strides) in kernels.items():
+        for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2)):
+            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps)
+            out[f"{name} coop {chunk} {warps}w {per_sm}/SM"] = (kernel, consts, warps,
+                                                                coop_register_cap(per_sm, warps))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     result = {}
@@ -164,6 +193,10 @@ def main(argv: list[str] | None = None) -> None:
         for label, (kernel, consts, warps) in unmasked_long_row_kernels().items():
             regs, stack = resource_usage(kernel, consts, warps)
             result[label] = {"registers": regs, "stack": stack}
+    elif "--coop" in args:  # the same for the cooperative plans, built under their register caps
+        for label, (kernel, consts, warps, cap) in cooperative_kernels().items():
+            regs, stack = resource_usage(kernel, consts, warps, maxnreg=cap)
+            result[label] = {"registers": regs, "stack": stack, "cap": cap}
     else:
         for label, (kernel, consts, warps) in single_pass_kernels().items():
             n, order = memory_op_order(compile_sass(kernel, consts, warps))

@@ -252,9 +252,14 @@ def coop_launch_args(plan: RowPlan, device) -> dict:
     that 4 (or 2) programs per SM, and the launch, did not fit; ptxas spills what the cap leaves
     out, at most 8 bytes in the kernels without a prefetch (sm_90, offline, session 17)."""
     per_sm = cdiv(plan.grid, num_sms(device))
-    regs = min(255, 65536 // (per_sm * plan.num_warps * 32)) // 8 * 8
     return dict(BLOCK_S=next_pow2(plan.splits), PREFETCH=plan.prefetch, WARPS=plan.num_warps,
-                launch_cooperative_grid=True, maxnreg=regs)
+                launch_cooperative_grid=True, maxnreg=coop_register_cap(per_sm, plan.num_warps))
+
+
+def coop_register_cap(per_sm: int, num_warps: int) -> int:
+    """Registers a thread may hold so that `per_sm` programs of `num_warps` warps share an SM's
+    65536 (a multiple of 8, as registers are allocated; at most 255)."""
+    return min(255, 65536 // (per_sm * num_warps * 32)) // 8 * 8
 
 
 def coop_enabled(device) -> bool:
