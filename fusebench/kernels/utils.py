@@ -636,7 +636,9 @@ def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr
 # unique per round and launch: round r of a launch uses epoch + 1 + r, and the last program to
 # finish moves the epoch past them.  The epoch lives on the device, so a launch replayed from a
 # CUDA graph still gets fresh tags.  Slots alternate by round parity: a program can be one round
-# ahead of the others in its row, never two (round r + 1 needs their words of round r + 1).
+# ahead of the others in its row, never two (round r + 1 needs their words of round r + 1, and a
+# program publishes those only once all its warps have read round r's: the statistics' block-wide
+# reduction is a CTA barrier; a kernel without one would need tl.debug_barrier() before publish).
 
 SLOT_WORDS = 8  # words per program per round: at most 8 statistics
 _SLOT = tl.constexpr(SLOT_WORDS)
