@@ -641,6 +641,7 @@ def first_chunk(ptr, row, M, N, stride_m, stride_n, other, BLOCK_N: tl.constexpr
 # reduction is a CTA barrier; a kernel without one would need tl.debug_barrier() before publish).
 
 SLOT_WORDS = 8  # words per program per round: at most 8 statistics
+_EXCHANGE: dict[str, torch.Tensor] = {}  # device -> its exchange buffer
 _SLOT = tl.constexpr(SLOT_WORDS)
 _EPOCH_WRAP = tl.constexpr(2**30)
 
@@ -650,12 +651,12 @@ def exchange_buffer(device, programs: int) -> torch.Tensor:
     [0] the epoch, [1] the count of finished programs, then two rounds' slots per program.  Shared
     by every cooperative kernel (one launch at a time: fusebench runs one kernel at a time per
     device); zero when new, so that no slot carries a tag (tags start at 1)."""
-    key = ("exchange", str(torch.device(device)))
+    key = str(torch.device(device))
     need = 2 + 2 * programs * SLOT_WORDS
-    buf = _COUNTERS.get(key)
+    buf = _EXCHANGE.get(key)
     if buf is None or buf.numel() < need:
         buf = torch.zeros(max(need, 2 + 2 * 1024 * SLOT_WORDS), dtype=torch.int64, device=device)
-        _COUNTERS[key] = buf
+        _EXCHANGE[key] = buf
     return buf
 
 
