@@ -244,6 +244,17 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch):
     assert (sync[2:2 + 2 * utils.SLOT_WORDS:utils.SLOT_WORDS] >> 32).tolist() == [epoch + 1] * 2
 
 
+@pytest.mark.parametrize("block_n, held", [(1024, True), (4096, False)])
+def test_layernorm_cooperative_weight_held_or_reloaded(block_n, held):
+    # At one warp, 32 values a thread hold weight and bias across rounds under the register cap
+    # of the interpreter's grid (248); 128 do not (see norms.layernorm_holds_wb).
+    plan = utils.RowPlan("coop", 1, block_n, 1, splits=1, grid=2)
+    cap = utils.coop_launch_args(plan, DEVICE)["maxnreg"]
+    assert knorm.layernorm_holds_wb(plan.block_n, plan.num_warps, cap, False) == held
+    args = inputs("layernorm", (5, 700), torch.float32, seed=11)
+    check("layernorm", knorm.layernorm_impl(*args, plan=plan), args)
+
+
 def test_cooperative_epoch_starts_again_near_the_limit():
     # Tags are 32-bit: near 2**30 the last program clears every slot and the epoch starts from 0,
     # so that no stale word can carry a tag of a later launch.
@@ -569,7 +580,7 @@ def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
     (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch."""
     usage = _sass_report("--coop")
-    assert len(usage) == 20
+    assert len(usage) == 24 and sum(k.endswith("weight held") for k in usage) == 6
     assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > 8} == {}
 
 

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import collect, column, exchange_epoch, exchange_finish, exchange_slots, publish, \
+from fusebench.kernels.utils import collect, column, coop_layout, exchange_finish, exchange_slots, publish, \
     sum_of_partials
 
 LAYERNORM_EPS = 1e-5
@@ -344,18 +344,15 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 @triton.jit
 def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym,
                            eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                           PREFETCH: tl.constexpr, WARPS: tl.constexpr):
+                           PREFETCH: tl.constexpr, WARPS: tl.constexpr, HOLD_WB: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # P / SPLITS rows at a time, chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS);
-    # the row's programs exchange their partials as in softmax.py's coop kernel.
-    pid = tl.program_id(0)
-    rows_at_once = tl.num_programs(0) // SPLITS
-    rounds = tl.cdiv(M, rows_at_once)
-    team = pid // SPLITS * SPLITS
-    epoch = exchange_epoch(sync_ptr)
-    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rounds, chunks and the exchange as in softmax.py's coop kernel.
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
+    if HOLD_WB:  # a program's columns are the same in every round: weight and bias loaded once
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead (see softmax.py)
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
@@ -373,13 +370,13 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, st
                                  other=0.0).to(tl.float32)
             # Weight and bias (from L2) in flight during the exchange where the registers allow it:
             # no prefetch, at most 8 values a thread (16 made ptxas spill 64 bytes under the cap).
-            WB_EARLY: tl.constexpr = (not PREFETCH) and BLOCK_N <= 8 * 32 * WARPS
+            WB_EARLY: tl.constexpr = (not PREFETCH) and BLOCK_N <= 8 * 32 * WARPS and not HOLD_WB
             if WB_EARLY:
                 w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
                 b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             mean, rstd = _layernorm_merge(tl.sum(column(parts, 0), 0), tl.sum(column(parts, 1), 0), k, N, eps)
-            if not WB_EARLY:
+            if not WB_EARLY and not HOLD_WB:
                 w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
                 b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
@@ -414,8 +411,10 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
+        coop_args = utils.coop_launch_args(plan, x.device)
+        hold = layernorm_holds_wb(plan.block_n, plan.num_warps, coop_args["maxnreg"], plan.prefetch)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
-                                             plan.splits, **utils.coop_launch_args(plan, x.device), **meta)
+                                             plan.splits, HOLD_WB=hold, **coop_args, **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -589,12 +588,7 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stri
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     # As _layernorm_coop_kernel; the partial is the chunk's sum.
-    pid = tl.program_id(0)
-    rows_at_once = tl.num_programs(0) // SPLITS
-    rounds = tl.cdiv(M, rows_at_once)
-    team = pid // SPLITS * SPLITS
-    epoch = exchange_epoch(sync_ptr)
-    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
@@ -647,9 +641,27 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 
 
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    """The autotuner's candidates for layernorm_impl, the heuristic's choice first."""
-    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
-                           tile_prefetch=True, streams=True, rereads=True)
+    """The autotuner's candidates for layernorm_impl, the heuristic's choice first; at long rows
+    also cooperative plans whose registers can hold the chunk's weight and bias across rounds
+    (layernorm_holds_wb): 32 values a thread under a 128-register cap, and 8 under 64."""
+    plans = utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
+                            tile_prefetch=True, streams=True, rereads=True)
+    if N > max_onchip and utils.coop_enabled(device):
+        plans += [utils.coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
+                  for chunk, warps, per_sm, prefetch in LAYERNORM_COOP_EXTRA]
+    return utils.unique(plans)
+
+
+# Cooperative layernorm plans that only layernorm tries (chunk, warps, programs per SM, prefetch).
+LAYERNORM_COOP_EXTRA = ((8192, 8, 2, False), (4096, 4, 4, False), (2048, 8, 4, False), (2048, 8, 4, True))
+
+
+def layernorm_holds_wb(block_n: int, num_warps: int, register_cap: int, prefetch: bool) -> bool:
+    """Whether a cooperative plan's programs keep their weight and bias chunks in registers across
+    rounds (3 chunk-sized sets, 4 with the prefetch) rather than re-read them from L2 every row:
+    where the sets leave 32 registers of the cap for the rest.  At 65536 fp32 columns (sm_90,
+    offline, session 18) those are the plans that hold them with at most 8 bytes spilled."""
+    return (3 + prefetch) * (block_n // (32 * num_warps)) + 32 <= register_cap
 
 
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):

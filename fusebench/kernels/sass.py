@@ -168,7 +168,8 @@ def cooperative_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
     65536 fp32 columns in each of the plans utils.row_plans lists, without the prefetch (with it,
     the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
-    them like the others)."""
+    them like the others), and layernorm's own plans (norms.LAYERNORM_COOP_EXTRA) as launched,
+    holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
     from fusebench.kernels.utils import coop_register_cap
 
@@ -177,12 +178,18 @@ def cooperative_kernels() -> dict[str, tuple]:
                "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1)),
                "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1)),
                "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1))}
+    shared = [(chunk, warps, per_sm, False) for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1),
+                                                                         (4096, 16, 2))]
     out = {}
     for name, (kernel, strides) in kernels.items():
-        for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2)):
-            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps)
-            out[f"{name} coop {chunk} {warps}w {per_sm}/SM"] = (kernel, consts, warps,
-                                                                coop_register_cap(per_sm, warps))
+        for chunk, warps, per_sm, prefetch in shared + (list(norms.LAYERNORM_COOP_EXTRA) if name == "layernorm" else []):
+            cap = coop_register_cap(per_sm, warps)
+            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=prefetch, WARPS=warps)
+            label = f"{name} coop {chunk} {warps}w {per_sm}/SM{' prefetch' if prefetch else ''}"
+            if name == "layernorm":
+                consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, prefetch)
+                label += " weight held" if consts["HOLD_WB"] else ""
+            out[label] = (kernel, consts, warps, cap)
     return out
 
 

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import collect, column, exchange_epoch, exchange_finish, exchange_slots, publish, \
+from fusebench.kernels.utils import collect, column, coop_layout, exchange_finish, exchange_slots, publish, \
     sum_of_partials, within
 
 # ----------------------------------------------------------------------------------------------
@@ -265,14 +265,8 @@ def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # The grid takes P / SPLITS rows at a time; program pid holds chunk (pid % SPLITS) of row
-    # (round * P / SPLITS + pid // SPLITS), whose programs start at pid // SPLITS * SPLITS.
-    pid = tl.program_id(0)
-    rows_at_once = tl.num_programs(0) // SPLITS
-    rounds = tl.cdiv(M, rows_at_once)
-    team = pid // SPLITS * SPLITS
-    epoch = exchange_epoch(sync_ptr)
-    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Program pid holds chunk (pid % SPLITS) of a row, in rounds of P / SPLITS rows (coop_layout).
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
@@ -619,12 +613,7 @@ def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, 
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
     # Rounds, chunks and the exchange as in _softmax_coop_kernel.
-    pid = tl.program_id(0)
-    rows_at_once = tl.num_programs(0) // SPLITS
-    rounds = tl.cdiv(M, rows_at_once)
-    team = pid // SPLITS * SPLITS
-    epoch = exchange_epoch(sync_ptr)
-    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
@@ -918,12 +907,7 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, strid
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
     # Rounds, chunks and the exchange as in _softmax_coop_kernel; the partial is the chunk's dot.
-    pid = tl.program_id(0)
-    rows_at_once = tl.num_programs(0) // SPLITS
-    rounds = tl.cdiv(M, rows_at_once)
-    team = pid // SPLITS * SPLITS
-    epoch = exchange_epoch(sync_ptr)
-    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
         first = (pid // SPLITS).to(tl.int64)
         bound = tl.where(first < M, N, 0)

@@ -667,6 +667,18 @@ def exchange_epoch(sync_ptr):
 
 
 @triton.jit
+def coop_layout(sync_ptr, M, SPLITS, BLOCK_N: tl.constexpr):
+    """Where a cooperative program works: the grid takes P / SPLITS rows at a time, and program
+    pid holds chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS), whose programs
+    start at pid // SPLITS * SPLITS (its team).  Returns (pid, rows_at_once, rounds, team, epoch,
+    the chunk's columns)."""
+    pid = tl.program_id(0)
+    rows_at_once = tl.num_programs(0) // SPLITS
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return pid, rows_at_once, tl.cdiv(M, rows_at_once), pid // SPLITS * SPLITS, exchange_epoch(sync_ptr), cols
+
+
+@triton.jit
 def exchange_slots(sync_ptr, pid, rnd):
     """Program `pid`'s words for round `rnd` (see exchange_buffer)."""
     return sync_ptr + 2 + ((rnd % 2) * tl.num_programs(0) + pid) * _SLOT
