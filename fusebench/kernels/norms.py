@@ -15,11 +15,11 @@ neither costs the sums their low bits nor cancels the variance away.  On chip: t
 mean and variance of d in registers.  Over a long row: sums of d and d*d, var = mean(d^2) -
 mean(d)^2.
 
-Norm chain: on chip, the chain exactly as written (sum, scale, sum, scale, sum, scale).  Over a
-long row the chain needs only the first sum s: sum(x * s) = s * sum(x), so the second sum is
-s^2, the third s^4, and the result x * s * s^2 * s^4, the same function up to rounding (the
-reference is float64).  So the long-row plans read the input twice (once for coop), not four
-times.
+Norm chain: the chain (sum, scale, sum, scale, sum, scale) needs only the first sum s:
+sum(x * s) = s * sum(x), so the second sum is s^2, the third s^4, and the result
+x * s * s^2 * s^4, the same function up to rounding (the reference is float64).  So the long-row
+plans read the input twice (once for coop), not four times, and the rows on chip wait for one
+block-wide reduction, not three (until session 18 they computed the chain as written).
 """
 from __future__ import annotations
 
@@ -433,10 +433,9 @@ def _norm_chain_tile_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
     mask = (r < M - row0)[:, None] & (c < N)[None, :]
     x = tl.load(x_ptr + row0 * stride_xm + r[:, None] * stride_xm + c[None, :] * stride_xn,
                 mask=mask, other=0.0).to(tl.float32)
-    # The chain as written, on the rows in registers (padding stays 0 through every step).
-    x = x * tl.sum(x, 1)[:, None]
-    x = x * tl.sum(x, 1)[:, None]
-    x = x * tl.sum(x, 1)[:, None]
+    # One row sum and the chain's closed form, as the long-row plans do: the chain as written
+    # waited for three block-wide reductions one after another (0.93x Inductor at 512x8192, H100).
+    x = x * _chain_scale(tl.sum(x, 1))[:, None]
     tl.store(y_ptr + row0 * stride_ym + r[:, None] * stride_ym + c[None, :],
              x.to(y_ptr.dtype.element_ty), mask=mask)
 
