@@ -171,15 +171,14 @@ def cooperative_kernels() -> dict[str, tuple]:
     them like the others), and layernorm's own plans (norms.LAYERNORM_COOP_EXTRA) as launched,
     holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import coop_register_cap
+    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap
 
     kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1)),
                "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1)),
                "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1)),
                "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1)),
                "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1))}
-    shared = [(chunk, warps, per_sm, False) for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1),
-                                                                         (4096, 16, 2))]
+    shared = [(chunk, warps, per_sm, False) for chunk, warps, per_sm in COOP_SHAPES]
     out = {}
     for name, (kernel, strides) in kernels.items():
         for chunk, warps, per_sm, prefetch in shared + (list(norms.LAYERNORM_COOP_EXTRA) if name == "layernorm" else []):

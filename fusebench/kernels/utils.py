@@ -232,6 +232,10 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
+# The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).
+COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2))
+
+
 def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
               prefetch: bool = False) -> RowPlan:
     """Cooperative rows: `per_sm` programs per SM (coop_launch_args caps their registers so that
@@ -331,8 +335,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     splits = [split_plan(N, 4096), split_plan(N, 8192)]
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in (False, True)
-             for chunk, warps, per_sm in ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2))
-             ] if coop_enabled(device) else []
+             for chunk, warps, per_sm in COOP_SHAPES] if coop_enabled(device) else []
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
