@@ -236,9 +236,7 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch):
     args = inputs(name, (3, 700), torch.float32, seed=9)
     sync = utils.exchange_buffer(args[0].device, 2)
     epoch = int(sync[0])
-    # two rows at a time: 2 rounds; the last round's row is not cut finer (its two programs would
-    # wait for each other, and the interpreter runs one after the other)
-    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch, fine_tail=False)
+    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch)  # two rows at a time: 2 rounds
     check(name, IMPL[name](*args, plan=plan), args)
     # the last program moved the epoch past the launch's two tags and reset the count of finished programs
     assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
@@ -250,8 +248,8 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch):
 def test_layernorm_cooperative_weight_held_or_reloaded(block_n, held):
     # At one warp, 32 values a thread hold weight and bias across rounds under the register cap
     # of the interpreter's grid (248); 128 do not (see norms.layernorm_holds_wb).
-    plan = utils.RowPlan("coop", 1, block_n, 1, splits=1, grid=2, fine_tail=False)
-    cap = utils.coop_launch_args(plan, DEVICE, 5, 700)["maxnreg"]
+    plan = utils.RowPlan("coop", 1, block_n, 1, splits=1, grid=2)
+    cap = utils.coop_launch_args(plan, DEVICE)["maxnreg"]
     assert knorm.layernorm_holds_wb(plan.block_n, plan.num_warps, cap, False) == held
     args = inputs("layernorm", (5, 700), torch.float32, seed=11)
     check("layernorm", knorm.layernorm_impl(*args, plan=plan), args)
@@ -264,32 +262,8 @@ def test_cooperative_epoch_starts_again_near_the_limit():
     sync = utils.exchange_buffer(args[0].device, 2)
     sync[0] = 2**30 - 2
     sync[2 + 6 * utils.SLOT_WORDS] = 2**30 << 32  # a word of a program this launch does not have
-    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, fine_tail=False)
-    check("softmax", IMPL["softmax"](*args, plan=plan), args)
+    check("softmax", IMPL["softmax"](*args, plan=utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)), args)
     assert int(sync[0]) == 0 and int(sync[2:].abs().sum()) == 0
-
-
-def test_cooperative_last_round_cut_finer():
-    # 264 programs (132 SMs x 2) of 8192 columns take 33 rows of 65536 a round: 512 rows leave 17
-    # for the last round, which 15 programs a row share, in chunks of 4384 columns (a multiple of 16)
-    plan = utils.RowPlan("coop", 1, 8192, 8, splits=8, grid=264)
-    assert utils.coop_tail(plan, 512, 65536) == (15, 4384)
-    args = utils.coop_launch_args(plan, "cpu", 512, 65536)
-    assert (args["TAIL_SPLITS"], args["TAIL_WIDTH"], args["BLOCK_S"]) == (15, 4384, 16)
-    assert utils.coop_tail(plan, 1024, 65536) == (32, 2048)  # one row left: at most 32 programs
-    assert utils.coop_tail(plan, 33 * 16, 65536) == (8, 8192)  # a full last round keeps the layout
-    assert utils.coop_tail(dataclasses.replace(plan, fine_tail=False), 512, 65536) == (8, 8192)
-    assert "last round as the others" in dataclasses.replace(plan, fine_tail=False).describe()
-    for chunk, splits, grid in ((8192, 8, 264), (4096, 16, 528), (8192, 9, 261), (4096, 5, 130), (8192, 3, 132)):
-        plan = utils.RowPlan("coop", 1, chunk, 8, splits=splits, grid=grid)
-        rows_at_once = grid // splits
-        for N in range((splits - 1) * chunk + 1, splits * chunk + 1, 997):
-            for M in range(1, 4 * rows_at_once):
-                tail, width = utils.coop_tail(plan, M, N)
-                left = M - (utils.cdiv(M, rows_at_once) - 1) * rows_at_once
-                assert tail * left <= grid and splits <= tail <= max(splits, utils.TAIL_MAX_SPLITS)
-                assert width % 16 == 0 or (tail, width) == (splits, chunk)
-                assert width <= chunk and (tail - 1) * width < N <= tail * width  # no chunk empty
 
 
 @pytest.mark.parametrize("name", ROWWISE)
@@ -449,9 +423,9 @@ def test_row_plans_heuristic():
     coop = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
     assert (coop.splits, coop.grid) == (8, 8)
     # its register cap lets two 16-warp programs share an SM's 65536 registers
-    assert utils.coop_launch_args(coop, "cpu", 4096, 65536) == dict(
-        TAIL_SPLITS=8, TAIL_WIDTH=8192, FINE_TAIL=False, BLOCK_S=8, PREFETCH=False, WARPS=16, launch_cooperative_grid=True, maxnreg=64)
-    assert utils.coop_launch_args(utils.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu", 64, 32768)["maxnreg"] == 128
+    assert utils.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16,
+                                                    launch_cooperative_grid=True, maxnreg=64)
+    assert utils.coop_launch_args(utils.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
     p = utils.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8
     assert utils.split_plan(65536, 4096).splits == 16

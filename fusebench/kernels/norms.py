@@ -31,8 +31,8 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import (collect, column, coop_layout, coop_round, exchange_finish,
-                                     exchange_slots, publish, sum_of_partials)
+from fusebench.kernels.utils import collect, column, coop_layout, exchange_finish, exchange_slots, publish, \
+    sum_of_partials
 
 LAYERNORM_EPS = 1e-5
 
@@ -277,9 +277,9 @@ def _layernorm_reread_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride_xm, stride
 
 
 @triton.jit
-def _layernorm_chunk_stats(x, k, mask):
-    # A chunk's partial results as a vector: (sum d, sum d^2), d = x - k over the chunk's mask.
-    d = tl.where(mask, x - k, 0.0)
+def _layernorm_chunk_stats(x, k, cols, N):
+    # A chunk's partial results as a vector: (sum d, sum d^2), d = x - k.
+    d = tl.where(cols < N, x - k, 0.0)
     sum_d, sum_d2 = tl.reduce((d, d * d), 0, _add2)  # one exchange between warps, not two
     return tl.where(tl.arange(0, 2) == 0, sum_d, sum_d2)
 
@@ -318,7 +318,7 @@ def _layernorm_split_stats_kernel(x_ptr, ws_ptr, N, stride_xm, stride_xn, SPLITS
     k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
     x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0,
                 eviction_policy="evict_last").to(tl.float32)
-    tl.store(ws_ptr + pid * 2 + tl.arange(0, 2), _layernorm_chunk_stats(x, k, cols < N))
+    tl.store(ws_ptr + pid * 2 + tl.arange(0, 2), _layernorm_chunk_stats(x, k, cols, N))
 
 
 @triton.jit
@@ -343,50 +343,44 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 
 @triton.jit
 def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym,
-                           eps, SPLITS, TAIL_SPLITS, TAIL_WIDTH, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr,
-                           FINE_TAIL: tl.constexpr, HOLD_WB: tl.constexpr):
+                           eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                           PREFETCH: tl.constexpr, WARPS: tl.constexpr, HOLD_WB: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     # Rounds, chunks and the exchange as in softmax.py's coop kernel.
-    pid, rows_at_once, rounds, epoch = coop_layout(sync_ptr, M, SPLITS)
-    row, team, splits, cols, mask = coop_round(pid, 0, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                               TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-    if HOLD_WB:  # a program's columns are the same in every round but a re-cut last: weight and bias loaded once
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
+    if HOLD_WB:  # a program's columns are the same in every round: weight and bias loaded once
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead (see softmax.py)
-        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=0.0).to(tl.float32)
     for rnd in tl.range(0, rounds):
-        row, team, splits, cols, mask = coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
-            publish(exchange_slots(sync_ptr, pid, rnd), _layernorm_chunk_stats(x, k, mask), epoch + 1 + rnd)
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+            publish(exchange_slots(sync_ptr, pid, rnd), _layernorm_chunk_stats(x, k, cols, N), epoch + 1 + rnd)
             if PREFETCH:
-                nrow, _, _, ncols, nmask = coop_round(pid, rnd + 1, rows_at_once, rounds, M, N, SPLITS,
-                                                      TAIL_SPLITS, TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-                x_next = tl.load(x_ptr + nrow * stride_xm + ncols * stride_xn, mask=nmask, other=0.0).to(tl.float32)
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
+                                 other=0.0).to(tl.float32)
             # Weight and bias (from L2) in flight during the exchange where the registers allow it:
             # no prefetch, at most 8 values a thread (16 made ptxas spill 64 bytes under the cap).
             WB_EARLY: tl.constexpr = (not PREFETCH) and BLOCK_N <= 8 * 32 * WARPS and not HOLD_WB
             if WB_EARLY:
-                w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-                b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-            if HOLD_WB and FINE_TAIL:
-                if (rnd == rounds - 1) & (rounds > 1):  # the last round, cut finer: other columns
-                    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-                    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, splits, BLOCK_S, 2, WARPS)
+                w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+                b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             mean, rstd = _layernorm_merge(tl.sum(column(parts, 0), 0), tl.sum(column(parts, 1), 0), k, N, eps)
             if not WB_EARLY and not HOLD_WB:
-                w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-                b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+                b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty),
-                     mask=mask)
+                     mask=cols < N)
             if PREFETCH:
                 x = x_next
     exchange_finish(sync_ptr, words, epoch, rounds)
@@ -417,7 +411,7 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
-        coop_args = utils.coop_launch_args(plan, x.device, M, N)
+        coop_args = utils.coop_launch_args(plan, x.device)
         hold = layernorm_holds_wb(plan.block_n, plan.num_warps, coop_args["maxnreg"], plan.prefetch)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
                                              plan.splits, HOLD_WB=hold, **coop_args, **meta)
@@ -587,33 +581,31 @@ def _norm_chain_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn
 
 @triton.jit
 def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
-                            TAIL_SPLITS, TAIL_WIDTH, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                            BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr,
-                            FINE_TAIL: tl.constexpr):
+                            ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                            PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     # As _layernorm_coop_kernel; the partial is the chunk's sum.
-    pid, rows_at_once, rounds, epoch = coop_layout(sync_ptr, M, SPLITS)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
-        row, team, splits, cols, mask = coop_round(pid, 0, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=0.0).to(tl.float32)
     for rnd in tl.range(0, rounds):
-        row, team, splits, cols, mask = coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(x, 0), 0.0),
                     epoch + 1 + rnd)
             if PREFETCH:
-                nrow, _, _, ncols, nmask = coop_round(pid, rnd + 1, rows_at_once, rounds, M, N, SPLITS,
-                                                      TAIL_SPLITS, TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-                x_next = tl.load(x_ptr + nrow * stride_xm + ncols * stride_xn, mask=nmask, other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, splits, BLOCK_S, 2, WARPS)
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
+                                 other=0.0).to(tl.float32)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             scale = _chain_scale(tl.sum(column(parts, 0), 0))
-            tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_ptr + row * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=cols < N)
             if PREFETCH:
                 x = x_next
     exchange_finish(sync_ptr, words, epoch, rounds)
@@ -640,7 +632,7 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _norm_chain_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                              **utils.coop_launch_args(plan, x.device, M, N), **meta)
+                                              **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -169,10 +169,9 @@ def cooperative_kernels() -> dict[str, tuple]:
     65536 fp32 columns in each of the plans utils.row_plans lists, without the prefetch (with it,
     the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
     them like the others), and layernorm's own plans (norms.LAYERNORM_COOP_EXTRA) as launched,
-    holding weight and bias where norms.layernorm_holds_wb says so.  BLOCK_S as at most rows,
-    where the last round is cut into TAIL_MAX_SPLITS chunks (utils.coop_tail)."""
+    holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import COOP_SHAPES, TAIL_MAX_SPLITS, coop_register_cap
+    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap
 
     kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1)),
                "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1)),
@@ -184,8 +183,7 @@ def cooperative_kernels() -> dict[str, tuple]:
     for name, (kernel, strides) in kernels.items():
         for chunk, warps, per_sm, prefetch in shared + (list(norms.LAYERNORM_COOP_EXTRA) if name == "layernorm" else []):
             cap = coop_register_cap(per_sm, warps)
-            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=max(65536 // chunk, TAIL_MAX_SPLITS),
-                          PREFETCH=prefetch, WARPS=warps)
+            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=prefetch, WARPS=warps)
             label = f"{name} coop {chunk} {warps}w {per_sm}/SM{' prefetch' if prefetch else ''}"
             if name == "layernorm":
                 consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, prefetch)

@@ -46,8 +46,8 @@ import triton.language as tl
 
 from fusebench.kernels import utils
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.utils import (collect, column, coop_layout, coop_round, exchange_finish,
-                                     exchange_slots, publish, sum_of_partials, within)
+from fusebench.kernels.utils import collect, column, coop_layout, exchange_finish, exchange_slots, publish, \
+    sum_of_partials, within
 
 # ----------------------------------------------------------------------------------------------
 # softmax
@@ -260,41 +260,37 @@ def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, s
 
 @triton.jit
 def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
-                         TAIL_SPLITS, TAIL_WIDTH, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr,
-                         FINE_TAIL: tl.constexpr):
+                         ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                         PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # Rounds of P / SPLITS rows; in each, program pid holds one chunk of a row (coop_round).
-    pid, rows_at_once, rounds, epoch = coop_layout(sync_ptr, M, SPLITS)
+    # Program pid holds chunk (pid % SPLITS) of a row, in rounds of P / SPLITS rows (coop_layout).
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
-        row, team, splits, cols, mask = coop_round(pid, 0, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=float("-inf")
-                    ).to(tl.float32)
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=float("-inf")).to(tl.float32)
     for rnd in tl.range(0, rounds):
-        row, team, splits, cols, mask = coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=float("-inf")
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
                             ).to(tl.float32)
             # The chunk becomes e = exp(x - m_c), m_c its max: the output is e times one scalar.
             m_c = tl.max(x, 0)
             x = tl.exp(x - m_c)
             publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, m_c, tl.sum(x, 0)),
                     epoch + 1 + rnd)
-            if PREFETCH:  # the next round's chunk is in flight while this row's partials arrive
-                nrow, _, _, ncols, nmask = coop_round(pid, rnd + 1, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                      TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-                x_next = tl.load(x_ptr + nrow * stride_xm + ncols * stride_xn, mask=nmask,
+            if PREFETCH:  # the next row's chunk is in flight while this row's partials arrive
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
             # The chunk stays in registers while the row's programs exchange partials.
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, splits, BLOCK_S, 2, WARPS)
-            m, inv = _softmax_merge(column(parts, 0), column(parts, 1), splits, BLOCK_S)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
+            m, inv = _softmax_merge(column(parts, 0), column(parts, 1), SPLITS, BLOCK_S)
             tl.store(y_ptr + row * stride_ym + cols, (x * (tl.exp(m_c - m) * inv)).to(y_ptr.dtype.element_ty),
-                     mask=mask)
+                     mask=cols < N)
             if PREFETCH:
                 x = x_next
     exchange_finish(sync_ptr, words, epoch, rounds)
@@ -321,7 +317,7 @@ def _launch_softmax(x, y, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _softmax_coop_kernel[(plan.grid,)](x, y, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                           **utils.coop_launch_args(plan, x.device, M, N), **meta)
+                                           **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -611,39 +607,35 @@ def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, strid
 
 @triton.jit
 def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
-                                TAIL_SPLITS, TAIL_WIDTH, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                                BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr,
-                                FINE_TAIL: tl.constexpr):
+                                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                                PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
     # Rounds, chunks and the exchange as in _softmax_coop_kernel.
-    pid, rows_at_once, rounds, epoch = coop_layout(sync_ptr, M, SPLITS)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
-        row, team, splits, cols, mask = coop_round(pid, 0, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=float("-inf")
-                    ).to(tl.float32)
+        first = (pid // SPLITS).to(tl.int64)
+        x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
+                    other=float("-inf")).to(tl.float32)
     for rnd in tl.range(0, rounds):
-        row, team, splits, cols, mask = coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=float("-inf")
+                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
                             ).to(tl.float32)
             # The chunk becomes e = exp(x - m_c), m_c its max (see _softmax_coop_kernel).
             m_c = tl.max(x, 0)
             x = tl.exp(x - m_c)
             publish(exchange_slots(sync_ptr, pid, rnd), _double_softmax_chunk_stats(x, m_c), epoch + 1 + rnd)
             if PREFETCH:
-                nrow, _, _, ncols, nmask = coop_round(pid, rnd + 1, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                      TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-                x_next = tl.load(x_ptr + nrow * stride_xm + ncols * stride_xn, mask=nmask,
+                nxt = row + rows_at_once
+                x_next = tl.load(x_ptr + nxt * stride_xm + cols * stride_xn, mask=cols < tl.where(nxt < M, N, 0),
                                  other=float("-inf")).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, splits, BLOCK_S, 8, WARPS)
-            m, inv1, inv2 = _double_softmax_merge(parts, N, splits, BLOCK_S)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 8, WARPS)
+            m, inv1, inv2 = _double_softmax_merge(parts, N, SPLITS, BLOCK_S)
             z = tl.exp(x * (tl.exp(m_c - m) * inv1)) * inv2
-            tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=mask)
+            tl.store(z_ptr + row * stride_zm + cols, z.to(z_ptr.dtype.element_ty), mask=cols < N)
             if PREFETCH:
                 x = x_next
     exchange_finish(sync_ptr, words, epoch, rounds)
@@ -672,7 +664,7 @@ def _launch_double_softmax(x, z, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
         _double_softmax_coop_kernel[(plan.grid,)](x, z, sync, sync.numel(), M, N, sxm, sxn, N, plan.splits,
-                                                  **utils.coop_launch_args(plan, x.device, M, N), **meta)
+                                                  **utils.coop_launch_args(plan, x.device), **meta)
 
 
 def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -908,39 +900,38 @@ def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym
 
 @triton.jit
 def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, stride_dym, stride_dyn, stride_ym,
-                             stride_yn, stride_dxm, SPLITS, TAIL_SPLITS, TAIL_WIDTH, ALIGN: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr,
-                             WARPS: tl.constexpr, FINE_TAIL: tl.constexpr):
+                             stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
     # Rounds, chunks and the exchange as in _softmax_coop_kernel; the partial is the chunk's dot.
-    pid, rows_at_once, rounds, epoch = coop_layout(sync_ptr, M, SPLITS)
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
-        row, team, splits, cols, mask = coop_round(pid, 0, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-        dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+        first = (pid // SPLITS).to(tl.int64)
+        bound = tl.where(first < M, N, 0)
+        dy = tl.load(dy_ptr + first * stride_dym + cols * stride_dyn, mask=cols < bound, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + first * stride_ym + cols * stride_yn, mask=cols < bound, other=0.0).to(tl.float32)
     for rnd in tl.range(0, rounds):
-        row, team, splits, cols, mask = coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                   TAIL_WIDTH, BLOCK_N, FINE_TAIL)
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
         if row < M:
             if not PREFETCH:
-                dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=mask, other=0.0).to(tl.float32)
-                y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
+                y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
             publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(dy * y, 0), 0.0),
                     epoch + 1 + rnd)
             if PREFETCH:
-                nrow, _, _, ncols, nmask = coop_round(pid, rnd + 1, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS,
-                                                      TAIL_WIDTH, BLOCK_N, FINE_TAIL)
-                dy_next = tl.load(dy_ptr + nrow * stride_dym + ncols * stride_dyn, mask=nmask,
+                nxt = row + rows_at_once
+                bound = tl.where(nxt < M, N, 0)
+                dy_next = tl.load(dy_ptr + nxt * stride_dym + cols * stride_dyn, mask=cols < bound,
                                   other=0.0).to(tl.float32)
-                y_next = tl.load(y_ptr + nrow * stride_ym + ncols * stride_yn, mask=nmask,
+                y_next = tl.load(y_ptr + nxt * stride_ym + cols * stride_yn, mask=cols < bound,
                                  other=0.0).to(tl.float32)
-            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, splits, BLOCK_S, 2, WARPS)
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, 2, WARPS)
             dot = tl.sum(column(parts, 0), 0)
-            tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+            tl.store(dx_ptr + row * stride_dxm + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty),
+                     mask=cols < N)
             if PREFETCH:
                 dy = dy_next
                 y = y_next
@@ -973,7 +964,7 @@ def _launch_softmax_bwd(dy, y, dx, plan: utils.RowPlan):
     else:
         sync = utils.exchange_buffer(y.device, plan.grid)
         _softmax_bwd_coop_kernel[(plan.grid,)](dy, y, dx, sync, sync.numel(), M, N, *strides, plan.splits,
-                                               **utils.coop_launch_args(plan, y.device, M, N), **meta)
+                                               **utils.coop_launch_args(plan, y.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -170,9 +170,6 @@ class RowPlan:
     # Load the input evict_first (the horizontal kernels, which otherwise do so only when they
     # write no cos output: see horizontal._launch).
     evict_first: bool = False
-    # coop: cut the last round's rows into more, smaller chunks, so that every program shares
-    # them (coop_tail); off, the last round keeps the others' chunks and some programs idle.
-    fine_tail: bool = True
 
     def describe(self) -> str:
         if self.mode == "tile":
@@ -193,8 +190,7 @@ class RowPlan:
                     f"{self.grid} programs)")
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
-                    f"{self.grid} programs{', prefetching' if self.prefetch else ''}"
-                    f"{'' if self.fine_tail else ', last round as the others'})")
+                    f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
@@ -252,41 +248,16 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
 
 
-def coop_launch_args(plan: RowPlan, device, M: int, N: int) -> dict:
-    """What every cooperative kernel takes from its plan and shape: the last round's layout
-    TAIL_SPLITS and TAIL_WIDTH (coop_tail), the constexprs FINE_TAIL (whether that layout differs
-    from the other rounds'), BLOCK_S (the most splits of a round, rounded up to a power of two),
-    PREFETCH and WARPS, and the launch options: a cooperative grid, and a register cap that lets
-    its programs per SM (plan.grid over the SM count) fit.  Without the cap, double_softmax and
-    layernorm took 76-102 registers a thread at 8 and 16 warps, so that 4 (or 2) programs per SM,
-    and the launch, did not fit; ptxas spills what the cap leaves out, at most 8 bytes in the
-    kernels without a prefetch (sm_90, offline, session 17)."""
+def coop_launch_args(plan: RowPlan, device) -> dict:
+    """What every cooperative kernel takes from its plan: the constexprs BLOCK_S (the splits,
+    rounded up to a power of two), PREFETCH and WARPS, and the launch options: a cooperative grid,
+    and a register cap that lets its programs per SM (plan.grid over the SM count) fit.  Without
+    the cap, double_softmax and layernorm took 76-102 registers a thread at 8 and 16 warps, so
+    that 4 (or 2) programs per SM, and the launch, did not fit; ptxas spills what the cap leaves
+    out, at most 8 bytes in the kernels without a prefetch (sm_90, offline, session 17)."""
     per_sm = cdiv(plan.grid, num_sms(device))
-    tail_splits, tail_width = coop_tail(plan, M, N)
-    return dict(TAIL_SPLITS=tail_splits, TAIL_WIDTH=tail_width, FINE_TAIL=tail_splits != plan.splits,
-                BLOCK_S=next_pow2(max(plan.splits, tail_splits)), PREFETCH=plan.prefetch, WARPS=plan.num_warps,
+    return dict(BLOCK_S=next_pow2(plan.splits), PREFETCH=plan.prefetch, WARPS=plan.num_warps,
                 launch_cooperative_grid=True, maxnreg=coop_register_cap(per_sm, plan.num_warps))
-
-
-TAIL_MAX_SPLITS = 32  # programs to a row in a cooperative launch's last round, at most
-
-
-def coop_tail(plan: RowPlan, M: int, N: int) -> tuple[int, int]:
-    """(splits, chunk width) of a cooperative launch's last round.
-
-    A launch takes rows_at_once = grid / splits rows a round, so the last round has M - (rounds -
-    1) * rows_at_once rows, which on 132 SMs is rarely all of them: at 512 or 1024 rows, 33 at a
-    time, the last round holds 17 rows or 1, and took as long as a full one.  There the grid's
-    programs share the rows left: grid // left programs to a row (at most TAIL_MAX_SPLITS), each
-    a chunk whose width is a multiple of 16 (vectorized loads), at most plan.block_n.  A full last
-    round, or plan.fine_tail off, keeps the plan's layout."""
-    rows_at_once = plan.grid // plan.splits
-    left = M - (cdiv(M, rows_at_once) - 1) * rows_at_once
-    splits = max(plan.splits, min(plan.grid // left, TAIL_MAX_SPLITS)) if plan.fine_tail else plan.splits
-    if splits == plan.splits:
-        return plan.splits, plan.block_n
-    width = cdiv(cdiv(N, splits), 16) * 16
-    return cdiv(N, width), width
 
 
 def coop_register_cap(per_sm: int, num_warps: int) -> int:
@@ -329,7 +300,11 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     fastest plan at 32768 columns (session 16), a candidate there (softmax.softmax_backward_plans).
     Not candidates: (session 11) launching our looped and streamed kernels with num_stages=1, as
     Inductor does, changed nothing; (session 13, 2048x65536) a running max per lane instead of per
-    step in the streamed softmax: 0.58-0.81 against 0.83-0.87."""
+    step in the streamed softmax: 0.58-0.81 against 0.83-0.87; (session 19, H100) cooperative plans
+    whose last round cuts its fewer rows finer, so that every program shares them: no faster at
+    512-2048 rows of 65536 columns, often slower (docs/device-runs/s19-call1).  A row's programs
+    go through their rounds independently of other rows', so the last round's fewer rows already
+    had more of the bandwidth each, and the per-round layout cost registers."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -699,39 +674,15 @@ def exchange_epoch(sync_ptr):
 
 
 @triton.jit
-def coop_layout(sync_ptr, M, SPLITS):
-    """A cooperative launch's rounds: the grid takes P / SPLITS rows at a time.  Returns (pid,
-    rows_at_once, rounds, epoch)."""
+def coop_layout(sync_ptr, M, SPLITS, BLOCK_N: tl.constexpr):
+    """Where a cooperative program works: the grid takes P / SPLITS rows at a time, and program
+    pid holds chunk (pid % SPLITS) of row (round * P / SPLITS + pid // SPLITS), whose programs
+    start at pid // SPLITS * SPLITS (its team).  Returns (pid, rows_at_once, rounds, team, epoch,
+    the chunk's columns)."""
+    pid = tl.program_id(0)
     rows_at_once = tl.num_programs(0) // SPLITS
-    return tl.program_id(0), rows_at_once, tl.cdiv(M, rows_at_once), exchange_epoch(sync_ptr)
-
-
-@triton.jit
-def coop_round(pid, rnd, rows_at_once, rounds, M, N, SPLITS, TAIL_SPLITS, TAIL_WIDTH, BLOCK_N: tl.constexpr,
-               FINE_TAIL: tl.constexpr):
-    """Where program pid works in round rnd: (row, team, splits, cols, mask).  In every round but
-    the last, program pid holds chunk (pid % SPLITS) of row (rnd * rows_at_once + pid // SPLITS),
-    BLOCK_N columns; the row's programs start at `team`.  The last round has the rows left over,
-    often far fewer, so there they are cut into TAIL_SPLITS chunks of TAIL_WIDTH columns (a
-    multiple of 16, at most BLOCK_N; see coop_tail) and more programs share them.  A row at or
-    past M: no work this round, an all-false mask (for a prefetch; the row condition is folded
-    into the column bound, as the interpreter rejects a tensor mask `&` a scalar condition).
-    FINE_TAIL: the last round is cut differently (the launcher knows; see coop_launch_args)."""
-    c = tl.arange(0, BLOCK_N)
-    if FINE_TAIL:
-        last = rnd == rounds - 1
-        splits = tl.where(last, TAIL_SPLITS, SPLITS)
-        width = tl.where(last, TAIL_WIDTH, BLOCK_N)
-        start = pid % splits * width
-        row = (rnd * rows_at_once + pid // splits).to(tl.int64)
-        # One bound on the chunk's own offsets: fewer registers than a mask built from its columns.
-        mask = c < tl.where(row < M, tl.minimum(width, N - start), 0)
-    else:  # every round alike: the columns do not change (the compiler keeps them, as registers allow)
-        splits = SPLITS
-        start = pid % SPLITS * BLOCK_N
-        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
-        mask = start + c < tl.where(row < M, N, 0)
-    return row, pid // splits * splits, splits, start + c, mask
+    cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return pid, rows_at_once, tl.cdiv(M, rows_at_once), pid // SPLITS * SPLITS, exchange_epoch(sync_ptr), cols
 
 
 @triton.jit
