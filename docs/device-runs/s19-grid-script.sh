@@ -5,7 +5,7 @@
 #   norm_chain: whole grid (its rows-on-chip kernel changed after session 18's grid, 0f325b5);
 #   softmax_backward: whole grid (the last was session 16's, before the shared split helpers and
 #                     the tagged exchange).
-# With TESTS=1, afterwards, every GPU test of the memory-bound kernels in the time left.
+# With TESTS=1, afterwards, the GPU tests of the memory-bound kernels (those TEST_K selects) in the time left.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FUSEBENCH_COMMIT=${COMMIT:-unknown}
 T0=$(date +%s); DEADLINE=$(( T0 + ${GRID_S:-560} ))
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/log.txt; }
@@ -27,7 +27,7 @@ run_or_resume smbwd softmax_backward --shapes grid --impl eager,inductor,triton,
 if [ "${TESTS:-0}" = 1 ]; then
   left=$(( ${TOTAL_S:-580} - $(date +%s) + T0 ))
   log "gpu tests (${left}s)"
-  timeout -k 5 $left python -m pytest -q -m gpu tests/test_kernels_membound.py > $OUT/tests.txt 2>&1
+  timeout -k 5 $left python -m pytest -q -m gpu tests/test_kernels_membound.py -k "${TEST_K:-gpu}" > $OUT/tests.txt 2>&1
   log "exit $?"; tail -8 $OUT/tests.txt | tee -a $OUT/log.txt; gzip $OUT/tests.txt
 fi
 log done
