@@ -496,7 +496,7 @@ def test_gpu_cooperative_exchange_repeated(name, shape):
     case = get_case(name)
     atol, rtol = case.tolerance(torch.float32)
     plans = [p for p in PLANS[name](*shape, DEVICE) if p.mode == "coop"]
-    assert len(plans) == 8 + 2 * (name == "layernorm")  # layernorm's own: knorm.LAYERNORM_COOP_EXTRA
+    assert len(plans) == 2 * len(utils.COOP_SHAPES)  # each with and without the prefetch
     for seed in range(3):
         args = inputs(name, shape, torch.float32, seed=10 + seed)
         ref = case.run_reference(args).to(args[0].device)
@@ -580,7 +580,7 @@ def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
     (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch."""
     usage = _sass_report("--coop")
-    assert len(usage) == 22 and sum(k.endswith("weight held") for k in usage) == 4
+    assert len(usage) == 5 * len(utils.COOP_SHAPES) and sum(k.endswith("weight held") for k in usage) == 4
     assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > 8} == {}
 
 

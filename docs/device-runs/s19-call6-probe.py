@@ -1,6 +1,6 @@
 """Session 19, call 6: softmax's and double_softmax's cooperative plans at 32 values a thread
 under a 128-register cap (8192-column chunks at 8 warps, 2 programs an SM; 4096 at 4 warps, 4 an
-SM: layernorm's own plans, norms.LAYERNORM_COOP_EXTRA) next to the shared ones, at long rows, fp32.
+SM: until then layernorm's own plans) next to the shared ones, at long rows, fp32.
 Runs s17-call1-probe.py (this commit's plans only) with those two shapes added to
 utils.COOP_SHAPES.
 

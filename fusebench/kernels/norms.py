@@ -639,22 +639,12 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 # wrappers
 
 
-# Cooperative layernorm plans that only layernorm tries (chunk, warps, programs per SM, prefetch).
-# At 512-2048x65536 (H100, session 18) they ran 1.02-1.04x faster than the best of the others, and
-# 2048-column chunks at 8 warps holding them did not (0.64-0.82 of a copy, against 0.86-0.92).
-LAYERNORM_COOP_EXTRA = ((8192, 8, 2, False), (4096, 4, 4, False))
-
-
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    """The autotuner's candidates for layernorm_impl, the heuristic's choice first; at long rows
-    also cooperative plans whose registers can hold the chunk's weight and bias across rounds
-    (layernorm_holds_wb): 32 values a thread under a 128-register cap."""
-    plans = utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
-                            tile_prefetch=True, streams=True, rereads=True)
-    if N > max_onchip and utils.coop_enabled(device):
-        plans += [utils.coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
-                  for chunk, warps, per_sm, prefetch in LAYERNORM_COOP_EXTRA]
-    return utils.unique(plans)
+    """The autotuner's candidates for layernorm_impl, the heuristic's choice first.  Of the
+    cooperative plans, those whose registers can (layernorm_holds_wb) hold the chunk's weight and
+    bias across rounds do so."""
+    return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
+                           tile_prefetch=True, streams=True, rereads=True)
 
 
 def layernorm_holds_wb(block_n: int, num_warps: int, register_cap: int, prefetch: bool) -> bool:

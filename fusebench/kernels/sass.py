@@ -168,8 +168,8 @@ def cooperative_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
     65536 fp32 columns in each of the plans utils.row_plans lists, without the prefetch (with it,
     the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
-    them like the others), and layernorm's own plans (norms.LAYERNORM_COOP_EXTRA) as launched,
-    holding weight and bias where norms.layernorm_holds_wb says so."""
+    them like the others); layernorm's as launched, holding weight and bias where
+    norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
     from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap
 
@@ -181,7 +181,7 @@ def cooperative_kernels() -> dict[str, tuple]:
     shared = [(chunk, warps, per_sm, False) for chunk, warps, per_sm in COOP_SHAPES]
     out = {}
     for name, (kernel, strides) in kernels.items():
-        for chunk, warps, per_sm, prefetch in shared + (list(norms.LAYERNORM_COOP_EXTRA) if name == "layernorm" else []):
+        for chunk, warps, per_sm, prefetch in shared:
             cap = coop_register_cap(per_sm, warps)
             consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=prefetch, WARPS=warps)
             label = f"{name} coop {chunk} {warps}w {per_sm}/SM{' prefetch' if prefetch else ''}"

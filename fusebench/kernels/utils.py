@@ -232,8 +232,13 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
-# The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).
-COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2))
+# The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).  The last two
+# hold 32 values a thread under a 128-register cap (64 with the prefetch): first layernorm's own,
+# where they hold weight and bias too (1.02-1.04x, H100, session 18); prefetching, they are the
+# fastest for double_softmax at 512-2048x65536 (0.88-0.93 of a same-size copy, against 0.79-0.85
+# for the others and 0.81-0.88 for re-read rows) and for softmax at 512x65536 (0.919 against
+# 0.895; H100, session 19, docs/device-runs/s19-call6).
+COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (8192, 8, 2), (4096, 4, 4))
 
 
 def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
