@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session 19, call 5 (one H200): the five row-wise cases at their long-row and few-row shapes (the
+# session 19, call 5 (asked for an H200; it ran on the H100 this session held, as the device tool does
+# for a warm one-GPU machine): the five row-wise cases at their long-row and few-row shapes (the
 # issue's weak spots for the compiler, and where the H100 falls short of 0.9 of its copy rate),
 # eager / inductor / triton / memcpy, fp32, at this commit; the copy ceiling of this GPU first.
 # The last H200 measurement of these kernels was session 15's, before the tagged exchange (s17)

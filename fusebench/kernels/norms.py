@@ -640,9 +640,9 @@ def _launch_norm_chain(x, y, plan: utils.RowPlan):
 
 
 def layernorm_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    """The autotuner's candidates for layernorm_impl, the heuristic's choice first.  Of the
-    cooperative plans, those whose registers can (layernorm_holds_wb) hold the chunk's weight and
-    bias across rounds do so."""
+    """The autotuner's candidates for layernorm_impl, the heuristic's choice first.  A cooperative
+    plan keeps its chunk's weight and bias in registers across rounds where its register cap
+    allows (layernorm_holds_wb, decided at launch)."""
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
                            tile_prefetch=True, streams=True, rereads=True)
 

@@ -286,14 +286,16 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     (smaller programs shorten the last wave of a small grid, larger ones cut per-program
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
-    cooperative rows (each also prefetching, RowPlan.prefetch; one at one program per SM, whose
-    registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads: the
-    fastest for softmax_backward at 512-2048 rows of 65536 columns, H100; 2048-column chunks at 8
-    programs an SM were not faster than these, session 17); rows up to twice `max_onchip` also try one 32-warp
-    program per row (the whole row in registers, 32 fp32 values per thread at 32768 columns).
-    `tile_prefetch`:
-    the kernel's tile plan can load its per-column parameters with the rows; add that variant of
-    every tile of at most 16 elements per thread (more would spill: measured 2x slower).  `streams`:
+    cooperative rows (COOP_SHAPES, each also prefetching, RowPlan.prefetch; one at one program per
+    SM, whose registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads:
+    the fastest for softmax_backward at 512-2048 rows of 65536 columns, H100; 2048-column chunks at
+    8 programs an SM were not faster than these, session 17; two of 32 values a thread, see
+    COOP_SHAPES); rows up to twice `max_onchip` also try one 32-warp program per row (the whole row
+    in registers, 32 fp32 values per thread at 32768 columns).
+
+    `tile_prefetch`: the kernel's tile plan can load its per-column parameters with the rows; add
+    that variant of every tile of at most 16 elements per thread (more would spill: measured 2x
+    slower).  `streams`:
     the kernel has a "stream" mode; add those plans (one persistent program per SM, and two at
     8192-column steps: 0-2% faster at some long rows, session 11).  `rereads`: the kernel has a
     "reread" mode; add those plans (first-pass steps of 32768 and 16384 columns, second-pass steps
