@@ -178,15 +178,14 @@ def cooperative_kernels() -> dict[str, tuple]:
                "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1)),
                "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1)),
                "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1))}
-    shared = [(chunk, warps, per_sm, False) for chunk, warps, per_sm in COOP_SHAPES]
     out = {}
     for name, (kernel, strides) in kernels.items():
-        for chunk, warps, per_sm, prefetch in shared:
+        for chunk, warps, per_sm in COOP_SHAPES:
             cap = coop_register_cap(per_sm, warps)
-            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=prefetch, WARPS=warps)
-            label = f"{name} coop {chunk} {warps}w {per_sm}/SM{' prefetch' if prefetch else ''}"
+            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps)
+            label = f"{name} coop {chunk} {warps}w {per_sm}/SM"
             if name == "layernorm":
-                consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, prefetch)
+                consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, False)
                 label += " weight held" if consts["HOLD_WB"] else ""
             out[label] = (kernel, consts, warps, cap)
     return out
