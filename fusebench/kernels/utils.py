@@ -37,8 +37,9 @@ Heuristics (documented here once, used by every memory-bound kernel):
   reached only 0.55-0.9 of the copy rate: its fences waited for the chunk's loads and the last
   row's stores.  Since session 17 the partials travel as tagged words with no fence (see
   `publish`), and the autotuner keeps `coop` at 512-8192 rows of 65536 columns for softmax,
-  softmax_backward, layernorm and norm_chain (H100: 0.83-0.99 of the same-size copy;
-  double_softmax, whose chunks cost more arithmetic, keeps `reread`).  `reread` (session 13)
+  softmax_backward, layernorm and norm_chain (H100: 0.83-0.99 of the same-size copy), and since
+  session 19, with the 32-values-a-thread shapes of COOP_SHAPES, for double_softmax at 128-4096
+  rows (until then it kept `reread`: its chunks cost more arithmetic).  `reread` (session 13)
   reduces each first-pass step at once, so that its steps can be whole 32768-column rows: at
   4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
