@@ -124,9 +124,8 @@ LONG_PLANS = {
 HORIZONTAL_LOOPS = {
     "loop_rows": utils.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
     "loop_rows_pipelined": utils.loop_plan(128, 4, rows=4, grid=1, stages=2),
-    "loop_evict_first": dataclasses.replace(utils.loop_plan(64, 4), evict="evict_first"),
-    "split_evict_first": dataclasses.replace(utils.split_plan(700, 64), evict="evict_first"),
-    "split_evict_last": dataclasses.replace(utils.split_plan(700, 64), evict="evict_last"),
+    "loop_evict_first": dataclasses.replace(utils.loop_plan(64, 4), evict_first=True),
+    "split_evict_first": dataclasses.replace(utils.split_plan(700, 64), evict_first=True),
 }
 
 
@@ -145,24 +144,11 @@ def test_horizontal_plans_loop_short_rows():
     assert all(p.mode == "tile" for p in khor.horizontal_plans(4096, 512, DEVICE))
 
 
-def test_horizontal_evict_candidates_only_with_cos():
+def test_horizontal_evict_first_candidates_only_with_cos():
     # without the cos output every plan loads evict_first anyway: no duplicates to time
-    assert not any(p.evict for p in khor.horizontal_plans(512, 8192, DEVICE))
+    assert not any(p.evict_first for p in khor.horizontal_plans(512, 8192, DEVICE))
     with_cos = khor.horizontal_plans(512, 8192, DEVICE, with_cos=True)
-    assert [(p.mode, p.evict) for p in with_cos if p.evict] == [
-        ("tile", "evict_first"), ("loop", "evict_first"), ("split", "evict_first"), ("split", "evict_last")]
-    # the split's hints only up to HINTED_MAX_BYTES of traffic (a few L2s)
-    big = khor.horizontal_plans(8192, 8192, DEVICE, with_cos=True)
-    assert not any(p.mode == "split" and p.evict for p in big)
-
-
-def test_horizontal_split_plans_from_two_chunks():
-    # rows of 2 chunks or more (at 2048, 4096 and 8192 columns) try split rows, on chip or not
-    chunks = lambda M, N: sorted(p.block_n for p in khor.horizontal_plans(M, N, DEVICE) if p.mode == "split")
-    assert chunks(2048, 2048) == []
-    assert chunks(2048, 4096) == [2048]
-    assert chunks(2048, 16384) == [2048, 4096, 8192]
-    assert chunks(512, 65536) == [2048, 4096, 8192]
+    assert [p.mode for p in with_cos if p.evict_first] == ["tile", "loop"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -405,31 +391,13 @@ def test_layernorm_large_mean(mode):
 
 
 def test_split_counters_are_reset():
-    # The split horizontal kernel's last program per row resets its counter, and the last row to
-    # finish moves the epoch past the launch's tag (epoch + 1, as a one-round cooperative launch:
-    # utils.exchange_finish) and resets the count of finished rows: calls repeat.
+    # The split horizontal kernel's last program per row resets its counter: calls repeat.
     (a,) = inputs("horizontal_reduction_reduction", (5, 700), torch.float32, seed=7)
-    sync = utils.partials_buffer(a.device, 5 * 11, 2)
-    epoch = int(sync[0])
     first = khor.horizontal_reduction_reduction_impl(a, plan=LONG_PLANS["split"])
     again = khor.horizontal_reduction_reduction_impl(a, plan=LONG_PLANS["split"])
     check("horizontal_reduction_reduction", again, (a,))
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     assert int(utils.zeroed_counters(a.device, 5)[:5].abs().sum()) == 0
-    assert (int(sync[0]), int(sync[1])) == (epoch + 4, 0)
-    # program p's K = 2 words (sum, max) at 2 + 2p carry the second launch's tag
-    assert ((sync[2:2 + 2 * 55] >> 32) == epoch + 3).all()
-
-
-def test_split_epoch_starts_again_near_the_limit():
-    # As the cooperative kernels' (test_cooperative_epoch_starts_again_near_the_limit).
-    (a,) = inputs("horizontal_reduction_pointwise", (3, 700), torch.float32, seed=13)
-    sync = utils.partials_buffer(a.device, 3 * 11, 1)
-    sync[0] = 2**30 - 1
-    sync[2 + 40] = 2**30 << 32  # a word of a program this launch does not have
-    check("horizontal_reduction_pointwise", khor.horizontal_reduction_pointwise_impl(a, plan=LONG_PLANS["split"]),
-          (a,))
-    assert int(sync[0]) == 0 and int(sync[2:].abs().sum()) == 0
 
 
 def test_gelu_saturates():
@@ -536,26 +504,6 @@ def test_gpu_cooperative_exchange_repeated(name, shape):
         for plan in plans:
             bad = int(((IMPL[name](*args, plan=plan).double() - ref).abs() > bound).sum())
             assert bad == 0, f"{plan.describe()}, seed {10 + seed}: {bad} elements out of tolerance"
-
-
-@gpu
-@pytest.mark.parametrize("shape", [(1000, 65536), (300, 70000), (4096, 8192)], ids=["1000x65536", "300x70000", "4096x8192"])
-@pytest.mark.parametrize("name", ["horizontal_reduction_pointwise", "horizontal_reduction_reduction"])
-def test_gpu_split_partials_repeated(name, shape):
-    # The split horizontal kernel's last program per row polls for the others' tagged partials: a
-    # race if the tags or the count were wrong.  Each split plan three times on new inputs, plans
-    # of different splits in turn (slots hold the words of other layouts), every element checked.
-    case = get_case(name)
-    atol, rtol = case.tolerance(torch.float32)
-    plans = [p for p in khor.horizontal_plans(*shape, DEVICE, with_cos=name.endswith("pointwise")) if p.mode == "split"]
-    assert len({p.splits for p in plans}) >= 2
-    for seed in range(3):
-        args = inputs(name, shape, torch.float32, seed=20 + seed)
-        refs = [r.to(args[0].device) for r in case.run_reference(args)]
-        for plan in plans:
-            for out, ref in zip(IMPL[name](*args, plan=plan), refs):
-                bad = int(((out.double() - ref).abs() > atol * ref.abs().max() + rtol * ref.abs()).sum())
-                assert bad == 0, f"{plan.describe()}, seed {20 + seed}: {bad} elements out of tolerance"
 
 
 def checked(name, out, args, plan):

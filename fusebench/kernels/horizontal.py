@@ -7,14 +7,18 @@ Neither needs a second look at a row, so every plan reads `a` exactly once, in o
 
 * tile:  whole rows in registers, several rows per program when rows are short.
 * loop:  one program per long row, accumulating per-lane sums / maxima chunk by chunk.
-* split: `splits` programs per row, each of one chunk (an element-wise kernel's tile, with a
-         partial result): they publish their partials as tagged words (utils.publish) and count
-         themselves on the row's counter; the last to arrive polls for the others' words and
-         combines them.  No program waits for its own stores (a release-acquire counter did until
-         session 20), and none waits for another but the last, which waits only for programs
-         that are already running.  The counters (utils.zeroed_counters) are reset to zero by
-         that last program, and the tags are new in every launch (utils.partials_buffer), so no
-         memset is needed between calls.
+* split: few long rows: `splits` programs per row each reduce a chunk and write their partial
+         result; the last of a row's programs to finish (an atomic counter per row) combines
+         the partials.  The counters (utils.zeroed_counters) are reset to zero by that last
+         program, so no memset is needed between calls.
+
+Tried and dropped (session 20, H100, docs/device-runs/s20-call1): split rows whose programs publish
+their partials as tagged words with no fence (utils.publish) and count themselves first, the last
+to arrive polling for the others' words.  Slower at every shape than the release-acquire counter
+here (horizontal_reduction_pointwise 512x65536: 0.93 of a same-size copy against 0.98;
+horizontal_reduction_reduction 0.86 against 0.91): the fence is not what costs, and the last
+program to arrive waited for partials not yet published.  Split rows at rows that fit on chip
+(2048-16384 columns) were 0.86-0.89 of the copy against 0.98 for whole rows in one program.
 """
 from __future__ import annotations
 
@@ -26,7 +30,6 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels import utils
-from fusebench.kernels.pointwise import HINTED_MAX_BYTES
 from fusebench.kernels.registry import triton_kernel
 
 # ----------------------------------------------------------------------------------------------
@@ -102,44 +105,39 @@ def _horizontal_loop_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, M, N, stride_am, s
 
 
 @triton.jit
-def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, sync_ptr, words, count_ptr, M, N, stride_am,
-                             stride_an, SPLITS, WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
-                             EVICT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, K: tl.constexpr,
-                             WARPS: tl.constexpr):
+def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, ws_ptr, count_ptr, N, stride_am, stride_an,
+                             SPLITS, WITH_COS: tl.constexpr, WITH_MAX: tl.constexpr, ALIGN: tl.constexpr,
+                             EVICT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_am = stride_am // ALIGN * ALIGN
-    # Program pid reduces chunk (pid % SPLITS) of row (pid // SPLITS), writing the chunk's cos.
+    # Program pid reduces chunk (pid % SPLITS) of row (pid // SPLITS).
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
-    epoch = utils.exchange_epoch(sync_ptr)
     cols = (pid % SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
     a = tl.load(a_ptr + row * stride_am + cols * stride_an, mask=cols < N, other=0.0,
                 eviction_policy=EVICT).to(tl.float32)
-    # Which of the row's programs arrives last (that one combines the partials).  Issued before
-    # anything waits for the chunk, its answer is needed only at the end.
-    arrived = tl.atomic_add(count_ptr + row, 1, sem="relaxed")
-    if WITH_MAX:
-        total, amax = tl.reduce((a, tl.where(cols < N, a, float("-inf"))), 0, _add_max)
-    else:
-        total, amax = tl.sum(a, 0), 0.0
-    # The chunk's partials, (sum) or (sum, max), as K words tagged with this launch's tag at
-    # sync_ptr + 2 + pid * K (utils.publish): no fence, so no program waits for its stores
-    # (the release-acquire counter used until session 20 made each wait for its cos stores).
-    utils.publish(sync_ptr + 2 + pid * K, tl.where(tl.arange(0, K) == 0, total, amax), epoch + 1)
     if WITH_COS:
         tl.store(cos_ptr + row * N + cols, tl.cos(a).to(cos_ptr.dtype.element_ty), mask=cols < N)
-    if arrived == SPLITS - 1:
-        # Every other program of the row has counted itself, so it is running and publishes
-        # without waiting for anything: polling for its words cannot deadlock, in any launch.
-        parts = utils.collect_words(sync_ptr + 2 + row * SPLITS * K, epoch + 1, SPLITS, BLOCK_S, K, K, WARPS)
-        tl.store(sum_ptr + row, tl.sum(utils.column(parts, 0), 0).to(sum_ptr.dtype.element_ty))
-        if WITH_MAX:  # collect's rows from SPLITS on are 0, not -inf
-            maxima = tl.where(tl.arange(0, BLOCK_S) < SPLITS, utils.column(parts, 1), float("-inf"))
-            tl.store(max_ptr + row, tl.max(maxima, 0).to(max_ptr.dtype.element_ty))
-        tl.atomic_xchg(count_ptr + row, 0, sem="relaxed")  # for the next call
-        # The last row to finish moves the epoch on (every program has read it: its words,
-        # tagged with it, were seen by its row's last program).
-        utils.finish_launch(sync_ptr, words, epoch, 1, M)
+    # Partials: ws[pid, 0] = chunk sum, ws[pid, 1] = chunk max.
+    tl.store(ws_ptr + pid * 2, tl.sum(a, 0))
+    if WITH_MAX:
+        tl.store(ws_ptr + pid * 2 + 1, tl.max(tl.where(cols < N, a, float("-inf")), 0))
+    # Every thread's partial store happens before the counter increment (barrier), and the
+    # increment releases them to the GPU (acq_rel); the program that brings the count to
+    # SPLITS sees all of the row's partials.
+    tl.debug_barrier()
+    done = tl.atomic_add(count_ptr + row, 1, sem="acq_rel")
+    if done == SPLITS - 1:
+        sp = tl.arange(0, BLOCK_S)
+        part = ws_ptr + row * SPLITS * 2 + sp * 2
+        # .cg: read from L2, where the other programs' partials are, not from this SM's L1.
+        tl.store(sum_ptr + row, tl.sum(tl.load(part, mask=sp < SPLITS, other=0.0, cache_modifier=".cg"), 0)
+                 .to(sum_ptr.dtype.element_ty))
+        if WITH_MAX:
+            m = tl.max(tl.load(part + 1, mask=sp < SPLITS, other=float("-inf"), cache_modifier=".cg"), 0)
+            tl.store(max_ptr + row, m.to(max_ptr.dtype.element_ty))
+        # Reset for the next call.
+        tl.atomic_xchg(count_ptr + row, 0)
 
 
 def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
@@ -156,8 +154,8 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
     # L2 flush leaves dirty lines that a plain streaming read has to write back).  With the cos
     # output, and for the other memory-bound kernels, which write as much as they read, the same
     # hint measured 2-6% slower at large shapes, so they do without it; with the cos output it is
-    # a candidate of its own (RowPlan.evict, see horizontal_plans).
-    evict = plan.evict or ("" if with_cos else "evict_first")
+    # a candidate of its own (RowPlan.evict_first, see horizontal_plans).
+    evict = "evict_first" if plan.evict_first or not with_cos else ""
     flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, EVICT=evict, num_warps=plan.num_warps)
     if plan.mode == "tile":
         grid = (utils.cdiv(M, plan.block_m),)
@@ -168,15 +166,13 @@ def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
             a, out_sum, out_max, out_cos, M, N, sam, san,
             BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
     else:  # split (the long-row plans of utils.row_plans other than loop)
-        k = 2 if with_max else 1
-        sync = utils.partials_buffer(a.device, M * plan.splits, k)
+        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
         _horizontal_split_kernel[(M * plan.splits,)](
-            a, out_sum, out_max, out_cos, sync, sync.numel(), utils.zeroed_counters(a.device, M), M, N, sam, san,
-            plan.splits, BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), K=k, WARPS=plan.num_warps,
-            **flags)
+            a, out_sum, out_max, out_cos, ws, utils.zeroed_counters(a.device, M), N, sam, san, plan.splits,
+            BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), **flags)
 
 
-def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, elem_size=4, **kw):
+def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, **kw):
     """utils.row_plans without the cooperative ones (these cases read each row once anyway).
 
     Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
@@ -187,17 +183,8 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, 
     per program, 2048-column steps, 16 warps; session 13, paired timing): chosen at 512x16384, now
     1.01x Inductor (0.96x before); at 512x8192 ours stays at 0.92x in that config too.  Inductor
     loads `a` there evict_first, as ours does only without the cos output: `with_cos` adds the
-    first plan and that config with evict_first loads as candidates.
-
-    Rows of two 2048-column chunks or more also try split rows, whose programs are what an
-    element-wise kernel's are (pointwise_chain's 4096-element tiles at 8 warps reach the copy rate
-    at every shape of 128 MiB, H200, session 14), plus one partial result each: at 2048-16384
-    columns whole rows in one program, and at 65536 looped rows, stayed at 0.85-0.89 of the copy
-    rate there.  With the cos output and at most pointwise.HINTED_MAX_BYTES of traffic, the
-    4096-column split also tries evict_first and evict_last loads (as the element-wise kernels
-    do)."""
-    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, **kw)
-             if p.mode != "coop"]
+    first plan and that config with evict_first loads as candidates."""
+    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
     if 1024 <= N <= max_onchip:
         sms = utils.num_sms(device)
         plans += [utils.loop_plan(step, warps, rows=rows, grid=grid, stages=stages)
@@ -206,14 +193,10 @@ def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, 
                       (4, 1024, 8, 0, None),
                       (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
                   if step <= utils.next_pow2(N)]
-    splits = [utils.split_plan(N, chunk) for chunk in (4096, 8192, 2048) if N >= 2 * chunk]
-    plans += splits
     if with_cos:
         inductors = [p for p in plans
                      if (p.mode, p.block_m, p.block_n, p.num_warps, p.grid) == ("loop", 1, 2048, 16, 0)]
-        plans += [replace(p, evict="evict_first") for p in plans[:1] + inductors]
-        if 2 * M * N * elem_size <= HINTED_MAX_BYTES:
-            plans += [replace(p, evict=e) for p in splits[:1] for e in ("evict_first", "evict_last")]
+        plans += [replace(p, evict_first=True) for p in plans[:1] + inductors]
     return utils.unique(plans)
 
 

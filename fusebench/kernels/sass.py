@@ -100,8 +100,7 @@ def _compile(kernel, constexprs: dict, num_warps: int, arch: int, maxnreg: int |
         if p.is_constexpr or p.name in constexprs:
             sig[p.name] = "constexpr"
         else:
-            sig[p.name] = ("*i64" if p.name == "sync_ptr" else "*i32" if p.name == "count_ptr"
-                           else "*fp32" if p.name.endswith("_ptr")
+            sig[p.name] = ("*i64" if p.name == "sync_ptr" else "*fp32" if p.name.endswith("_ptr")
                            else "fp32" if p.name == "eps" else "i32")
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items() if t in ("*fp32", "*i64", "i32")}
     src = ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs)

@@ -168,21 +168,21 @@ class RowPlan:
     stages: int | None = None
     # reread: the second pass's step
     block_n2: int = 0
-    # The input's L2 eviction policy, "evict_first" or "evict_last" (the horizontal kernels, which
-    # otherwise load evict_first only when they write no cos output: see horizontal._launch).
-    evict: str = ""
+    # Load the input evict_first (the horizontal kernels, which otherwise do so only when they
+    # write no cos output: see horizontal._launch).
+    evict_first: bool = False
 
     def describe(self) -> str:
         if self.mode == "tile":
             early = ", parameters loaded with the rows" if self.prefetch else ""
-            evict = f", {self.evict} loads" if self.evict else ""
+            evict = ", evict_first loads" if self.evict_first else ""
             return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early}{evict})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = (", next step prefetched" if self.stages == 1 else
                       f", loads pipelined {self.stages} deep" if self.stages else "")
             rows = f"{self.block_m} rows, " if self.block_m > 1 else ""
-            evict = f", {self.evict} loads" if self.evict else ""
+            evict = ", evict_first loads" if self.evict_first else ""
             return f"looped rows ({rows}step {self.block_n}, {self.num_warps} warps{progs}{stages}{evict})"
         if self.mode == "stream":
             return f"streamed rows (step {self.block_n}, {self.num_warps} warps, {self.grid} programs)"
@@ -192,8 +192,7 @@ class RowPlan:
         if self.mode == "coop":
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
                     f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
-        evict = f", {self.evict} loads" if self.evict else ""
-        return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps{evict})"
+        return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
 def tile_plan(M: int, N: int, device, block_m: int | None = None, num_warps: int | None = None) -> RowPlan:
@@ -667,20 +666,8 @@ def exchange_buffer(device, programs: int) -> torch.Tensor:
     [0] the epoch, [1] the count of finished programs, then two rounds' slots per program.  Shared
     by every cooperative kernel (one launch at a time: fusebench runs one kernel at a time per
     device); zero when new, so that no slot carries a tag (tags start at 1)."""
-    return _tagged_words(device, 2 + 2 * programs * SLOT_WORDS)
-
-
-def partials_buffer(device, programs: int, k: int) -> torch.Tensor:
-    """exchange_buffer laid out for one-round launches (the horizontal split kernel): [0] the
-    epoch, [1] the count of finished rows, then `k` words per program, program p's at
-    2 + p * k.  The same buffer as exchange_buffer's (its epoch makes every launch's tags new,
-    whichever kind of kernel ran before), so it costs no memory of its own: 8 * k bytes a
-    program, 0.4% of the input at 4096-column fp32 chunks and k = 2."""
-    return _tagged_words(device, 2 + programs * k)
-
-
-def _tagged_words(device, need: int) -> torch.Tensor:
     key = str(torch.device(device))
+    need = 2 + 2 * programs * SLOT_WORDS
     buf = _EXCHANGE.get(key)
     if buf is None or buf.numel() < need:
         buf = torch.zeros(max(need, 2 + 2 * 1024 * SLOT_WORDS), dtype=torch.int64, device=device)
@@ -725,14 +712,7 @@ def publish(slot_ptr, stats, tag):
 def collect(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr, WARPS: tl.constexpr):
     """[BLOCK_S, K] fp32: the statistics of the SPLITS programs whose slots start at slot_ptr
     (program s at slot_ptr + s * SLOT_WORDS), polled until every word carries `tag`; rows from
-    SPLITS on are 0.  WARPS: the program's warps.  See collect_words."""
-    return collect_words(slot_ptr, tag, SPLITS, BLOCK_S, K, _SLOT, WARPS)
-
-
-@triton.jit
-def collect_words(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr, STRIDE: tl.constexpr,
-                  WARPS: tl.constexpr):
-    """collect, for slots STRIDE words apart (program s's K words at slot_ptr + s * STRIDE).
+    SPLITS on are 0.  WARPS: the program's warps.
 
     Every thread polls words of its own: R copies of the BLOCK_S x K words, at least two per
     thread.  With fewer words than threads, Triton would hold them replicated across warps, load
@@ -742,7 +722,7 @@ def collect_words(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr,
     R: tl.constexpr = 1 if BLOCK_S * K >= 64 * WARPS else 64 * WARPS // (BLOCK_S * K)
     s = tl.arange(0, BLOCK_S)[None, :, None]
     k = tl.arange(0, K)[None, None, :]
-    ptrs = tl.broadcast_to(slot_ptr + s * STRIDE + k, [R, BLOCK_S, K])
+    ptrs = tl.broadcast_to(slot_ptr + s * _SLOT + k, [R, BLOCK_S, K])
     mask = tl.broadcast_to((s < SPLITS) & (k < K), [R, BLOCK_S, K])
     done = tag.to(tl.int64) << 32  # what a masked-off word reads as: tagged, value 0
     w = tl.load(ptrs, mask=mask, other=done, volatile=True)
@@ -767,15 +747,8 @@ def exchange_finish(sync_ptr, words, epoch, rounds):
     (epoch + 1 .. epoch + rounds) and resets the count.  Near 2**30 the epoch starts again from
     0, after that program has cleared all `words` of the buffer's slots (no program reads them
     any more, and a stale tag could otherwise match a new one)."""
-    finish_launch(sync_ptr, words, epoch, rounds, tl.num_programs(0))
-
-
-@triton.jit
-def finish_launch(sync_ptr, words, epoch, rounds, parties):
-    """exchange_finish, counting `parties` finishers (programs, or the horizontal split kernel's
-    rows: the last program of each)."""
     done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel")
-    if done == parties - 1:
+    if done == tl.num_programs(0) - 1:
         nxt = epoch + 1 + rounds
         if nxt >= _EPOCH_WRAP:
             for start in range(2, words, 1024):
