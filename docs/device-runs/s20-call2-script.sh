@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 20, calls 2 on (one GPU): with PROBE=1, first s20-call2-probe.py (16-values-a-thread
+# session 20, calls 2 on (one GPU): with PROBE=1, first ${PROBE_SCRIPT:-s20-call2-probe.py} (16-values-a-thread
 # cooperative plans with the prefetch, and layernorm's weight and bias held) at long rows; then
 # the horizontal cases' fp32 grids at this commit, eager / inductor / triton / memcpy, as runs
 # that go on across calls (each in its own store under $OUT; a later call carries .grid/ back and
@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | t
 if [ "${PROBE:-0}" = 1 ]; then
   log probe
   PROBE_SHAPES=512x65536,1024x32768,1024x65536 timeout -k 10 ${PROBE_S:-220} \
-    python docs/device-runs/s20-call2-probe.py $OUT/probe.jsonl layernorm double_softmax softmax 2>&1 \
+    python docs/device-runs/${PROBE_SCRIPT:-s20-call2-probe.py} $OUT/probe.jsonl layernorm double_softmax softmax 2>&1 \
     | tee $OUT/probe.txt | tail -2
 fi
 mkdir -p /tmp/g
