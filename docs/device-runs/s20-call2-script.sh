@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 20, calls 2 on (one GPU): with PROBE=1, first ${PROBE_SCRIPT:-s20-call2-probe.py} (16-values-a-thread
+# session 20, calls 2 on (one GPU): with PROBE=1, first the probe PROBE_SCRIPT names (call 2: s20-call2-probe.py, 16-values-a-thread
 # cooperative plans with the prefetch, and layernorm's weight and bias held) at long rows; then
 # the horizontal cases' fp32 grids at this commit, eager / inductor / triton / memcpy, as runs
 # that go on across calls (each in its own store under $OUT; a later call carries .grid/ back and
