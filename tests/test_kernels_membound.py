@@ -580,7 +580,7 @@ def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
     (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch."""
     usage = _sass_report("--coop")
-    assert len(usage) == 5 * len(utils.COOP_SHAPES) and sum(k.endswith("weight held") for k in usage) == 4
+    assert len(usage) == 5 * len(utils.COOP_SHAPES) and sum(k.endswith("weight held") for k in usage) == 5
     assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > 8} == {}
 
 
