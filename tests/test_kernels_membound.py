@@ -255,6 +255,22 @@ def test_layernorm_cooperative_weight_held_or_reloaded(block_n, held):
     check("layernorm", knorm.layernorm_impl(*args, plan=plan), args)
 
 
+def test_layernorm_note_says_whether_weight_and_bias_are_held(monkeypatch):
+    # The cell's note for a cooperative layernorm plan says what the launch decides
+    # (norms.layernorm_holds_wb), as the registered kernel's describe_plan; other plans as before.
+    from fusebench.impls import get_impl
+
+    held = utils.RowPlan("coop", 1, 1024, 1, splits=1, grid=2)  # 32 values a thread under a 248 cap
+    reread = utils.RowPlan("coop", 1, 4096, 1, splits=1, grid=2)  # 128 values a thread
+    assert knorm.describe_layernorm_plan(held, DEVICE) == held.describe()[:-1] + ", weight and bias held)"
+    assert knorm.describe_layernorm_plan(reread, DEVICE).endswith(", weight and bias re-read)")
+    tile = utils.tile_plan(3, 700, DEVICE)
+    assert knorm.describe_layernorm_plan(tile, DEVICE) == tile.describe()
+    prepared = get_impl("triton").prepare(get_case("layernorm"), (3, 700), torch.float32, DEVICE)
+    monkeypatch.setattr(utils, "last_choice", lambda: held)  # as if the autotuner had kept it
+    assert prepared.note_after() == knorm.describe_layernorm_plan(held, DEVICE)
+
+
 def test_cooperative_epoch_starts_again_near_the_limit():
     # Tags are 32-bit: near 2**30 the last program clears every slot and the epoch starts from 0,
     # so that no stale word can carry a tag of a later launch.

@@ -53,7 +53,7 @@ class Triton(Implementation):
             # or the describe() of the others again, now that their first call chose a path.
             plan = utils.last_choice()
             if plan is not None:
-                return plan.describe()
+                return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
             return kernel.describe(shape, dtype) if kernel.describe else None
 
         return Prepared(fn=kernel.fn, note=note, timing_available=interp, note_after=chosen)

@@ -704,7 +704,18 @@ def _describe(shape, dtype):
                            elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
 
 
-@triton_kernel("layernorm", interpretable=True, describe=_describe)
+def describe_layernorm_plan(plan: utils.RowPlan, device) -> str:
+    """plan.describe(), saying for a cooperative plan whether its programs hold weight and bias
+    across rounds (decided at launch, as _launch_layernorm decides it)."""
+    text = plan.describe()
+    if plan.mode == "coop":
+        cap = utils.coop_launch_args(plan, device)["maxnreg"]
+        held = layernorm_holds_wb(plan.block_n, plan.num_warps, cap, plan.prefetch)
+        text = text[:-1] + (", weight and bias held)" if held else ", weight and bias re-read)")
+    return text
+
+
+@triton_kernel("layernorm", interpretable=True, describe=_describe, describe_plan=describe_layernorm_plan)
 def layernorm(x, weight, bias):
     return layernorm_impl(x, weight, bias)
 

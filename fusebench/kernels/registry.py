@@ -22,16 +22,19 @@ class TritonKernel:
     describe: Callable[[tuple, torch.dtype], str] | None = None
     # False where the kernel uses what TRITON_INTERPRET=1 cannot run (libdevice calls, bf16 math)
     interpretable: bool = True
+    # (plan, device) -> the note for the launch plan the autotuner chose, where the plan's own
+    # describe() leaves out what the kernel decides at launch (layernorm's weight held or not)
+    describe_plan: Callable[[object, str], str] | None = None
 
 
 KERNELS: dict[str, TritonKernel] = {}
 
 
-def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True):
+def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None):
     """Decorator: register `fn` as fusebench's Triton implementation of `case`."""
 
     def wrap(fn: Callable) -> Callable:
-        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable)
+        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan)
         return fn
 
     return wrap
