@@ -16,8 +16,9 @@ Tried and dropped (session 20, H100, docs/device-runs/s20-call1): split rows who
 their partials as tagged words with no fence (utils.publish) and count themselves first, the last
 to arrive polling for the others' words.  Slower at every shape than the release-acquire counter
 here (horizontal_reduction_pointwise 512x65536: 0.93 of a same-size copy against 0.98;
-horizontal_reduction_reduction 0.86 against 0.91): the fence is not what costs, and the last
-program to arrive waited for partials not yet published.  Split rows at rows that fit on chip
+horizontal_reduction_reduction 0.86 against 0.91).  So the fence is not what limits these plans on
+the H100; the likely cost (not measured) is the last program to arrive waiting for partials not
+yet published, the count having come before the partial.  Split rows at rows that fit on chip
 (2048-16384 columns) were 0.86-0.89 of the copy against 0.98 for whole rows in one program.
 """
 from __future__ import annotations

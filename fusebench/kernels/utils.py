@@ -241,7 +241,8 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
 # 0.895; H100, session 19, docs/device-runs/s19-call6).  The last, 64 values a thread at 2 warps
 # under a 248-register cap, twice the bytes in flight per SM at half the warps, is layernorm's
 # fastest at 512-1024 rows of 65536 columns, holding weight and bias without the prefetch (0.88
-# and 0.915 of a same-size copy against 0.86 and 0.90; H100, session 20, docs/device-runs/s20-call3).
+# and 0.915 of a same-size copy against 0.86 and 0.90; H100, session 20, docs/device-runs/s20-call3);
+# its autotuner kept it at 128-4096 rows of 65536 columns and at 1024x32768 (call 4).
 # Not shapes: 16 values a thread under a 128 cap (2048 at 4 warps, 4 an SM; 4096 at 8, 2 an SM;
 # 1024 at 2, 8 an SM), where layernorm holds weight and bias with the prefetch too: slower than
 # the 32-values plans for layernorm, softmax and double_softmax (0.80-0.85 against 0.86-0.92,
@@ -298,8 +299,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     SM, whose registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads:
     the fastest for softmax_backward at 512-2048 rows of 65536 columns, H100; 2048-column chunks at
     8 programs an SM were not faster than these, session 17; two of 32 values a thread and one of
-    64, see COOP_SHAPES); rows up to twice `max_onchip` also try one 32-warp program per row (the whole row
-    in registers, 32 fp32 values per thread at 32768 columns).
+    64, see COOP_SHAPES); rows up to twice `max_onchip` also try one 32-warp program per row (the
+    whole row in registers, 32 fp32 values per thread at 32768 columns).
 
     `tile_prefetch`: the kernel's tile plan can load its per-column parameters with the rows; add
     that variant of every tile of at most 16 elements per thread (more would spill: measured 2x
