@@ -233,20 +233,21 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
     return RowPlan("split", 1, chunk, num_warps or num_warps_for(chunk, per_thread=16, lo=4, hi=16), cdiv(N, chunk))
 
 
-# The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).  The last two
-# hold 32 values a thread under a 128-register cap (64 with the prefetch): first layernorm's own,
-# where they hold weight and bias too (1.02-1.04x, H100, session 18); prefetching, they are the
-# fastest for double_softmax at 512-2048x65536 (0.88-0.93 of a same-size copy, against 0.79-0.85
-# for the others and 0.81-0.88 for re-read rows) and for softmax at 512x65536 (0.919 against
-# 0.895; H100, session 19, docs/device-runs/s19-call6).  The last, 64 values a thread at 2 warps
-# under a 248-register cap, twice the bytes in flight per SM at half the warps, is layernorm's
-# fastest at 512-1024 rows of 65536 columns, holding weight and bias without the prefetch (0.88
-# and 0.915 of a same-size copy against 0.86 and 0.90; H100, session 20, docs/device-runs/s20-call3);
-# its autotuner kept it at 128-4096 rows of 65536 columns and at 1024x32768 (call 4).
-# Not shapes: 16 values a thread under a 128 cap (2048 at 4 warps, 4 an SM; 4096 at 8, 2 an SM;
-# 1024 at 2, 8 an SM), where layernorm holds weight and bias with the prefetch too: slower than
-# the 32-values plans for layernorm, softmax and double_softmax (0.80-0.85 against 0.86-0.92,
-# call 2); 8192 at 4 warps and 16384 at 8 (64 values, 2 and 1 an SM): never the fastest (call 3).
+# The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).  (8192, 8, 2)
+# and (4096, 4, 4) hold 32 values a thread under a 128-register cap (64 with the prefetch): first
+# layernorm's own, where they hold weight and bias too (1.02-1.04x, H100, session 18); prefetching,
+# they are the fastest for double_softmax at 512-2048x65536 (0.88-0.93 of a same-size copy, against
+# 0.79-0.85 for the others and 0.81-0.88 for re-read rows) and for softmax at 512x65536 (0.919
+# against 0.895; H100, session 19, docs/device-runs/s19-call6).  The last, (4096, 2, 4), 64 values a
+# thread at 2 warps under a 248-register cap, twice the bytes in flight per SM at half the warps, is
+# layernorm's fastest at 512-1024 rows of 65536 columns, holding weight and bias without the
+# prefetch (0.88 and 0.915 of a same-size copy against 0.86 and 0.90; H100, session 20,
+# docs/device-runs/s20-call3); its autotuner kept it at 128-4096 rows of 65536 columns and at
+# 1024x32768 (call 4).  Not shapes: 16 values a thread under a 128 cap (2048 at 4 warps, 4 an SM;
+# 4096 at 8, 2 an SM; 1024 at 2, 8 an SM), where layernorm holds weight and bias with the prefetch
+# too: slower than the 32-values plans for layernorm, softmax and double_softmax (0.80-0.85 against
+# 0.86-0.92, call 2); 8192 at 4 warps and 16384 at 8 (64 values, 2 and 1 an SM): never the fastest
+# (call 3).
 COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (8192, 8, 2), (4096, 4, 4), (4096, 2, 4))
 
 
