@@ -226,9 +226,10 @@ def test_softmax_backward_candidates_include_inductors_loop():
     assert utils.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
+@pytest.mark.parametrize("prefetch, stages", [(False, None), (True, None), (False, 2)],
+                         ids=["plain", "prefetch", "staged"])
 @pytest.mark.parametrize("name", TWO_PASS)
-def test_cooperative_kernels_one_program_per_row(name, prefetch):
+def test_cooperative_kernels_one_program_per_row(name, prefetch, stages):
     # The cooperative kernels' programs of a row wait for each other's partials, which the
     # interpreter (one program after another) can do only when a row has a single program: this
     # checks their rounds, partials, combination, tags and epoch, not the exchange between
@@ -236,7 +237,8 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch):
     args = inputs(name, (3, 700), torch.float32, seed=9)
     sync = utils.exchange_buffer(args[0].device, 2)
     epoch = int(sync[0])
-    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch)  # two rows at a time: 2 rounds
+    # two rows at a time: 2 rounds (the interpreter runs the staged plan's loop as written, unpipelined)
+    plan = utils.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch, stages=stages)
     check(name, IMPL[name](*args, plan=plan), args)
     # the last program moved the epoch past the launch's two tags and reset the count of finished programs
     assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
@@ -439,8 +441,12 @@ def test_row_plans_heuristic():
     coop = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
     assert (coop.splits, coop.grid) == (8, 8)
     # its register cap lets two 16-warp programs share an SM's 65536 registers
-    assert utils.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16,
+    assert utils.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16, STAGES=1,
                                                     launch_cooperative_grid=True, maxnreg=64)
+    staged = utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2, stages=2)  # the next rounds through shared memory
+    assert utils.coop_launch_args(staged, "cpu")["STAGES"] == 2 and "pipelined 2 deep" in staged.describe()
+    with pytest.raises(ValueError, match="not both"):
+        utils.coop_plan(4096, 65536, "cpu", 8192, 16, 2, prefetch=True, stages=2)
     assert utils.coop_launch_args(utils.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
     p = utils.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8

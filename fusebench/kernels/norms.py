@@ -344,11 +344,12 @@ def _layernorm_split_apply_kernel(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, N, stride_
 @triton.jit
 def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym,
                            eps, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                           PREFETCH: tl.constexpr, WARPS: tl.constexpr, HOLD_WB: tl.constexpr):
+                           PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr,
+                           HOLD_WB: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
-    # Rounds, chunks and the exchange as in softmax.py's coop kernel.
+    # Rounds, chunks, the exchange and the prefetches as in softmax.py's coop kernel.
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if HOLD_WB:  # a program's columns are the same in every round: weight and bias loaded once
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -357,12 +358,13 @@ def _layernorm_coop_kernel(x_ptr, w_ptr, b_ptr, y_ptr, sync_ptr, words, M, N, st
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=0.0).to(tl.float32)
-    for rnd in tl.range(0, rounds):
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < tl.where(row < M, N, 0),
+                        other=0.0).to(tl.float32)
         if row < M:
             k = tl.load(x_ptr + row * stride_xm).to(tl.float32)
-            if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             publish(exchange_slots(sync_ptr, pid, rnd), _layernorm_chunk_stats(x, k, cols, N), epoch + 1 + rnd)
             if PREFETCH:
                 nxt = row + rows_at_once
@@ -411,10 +413,9 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
-        coop_args = utils.coop_launch_args(plan, x.device)
-        hold = layernorm_holds_wb(plan.block_n, plan.num_warps, coop_args["maxnreg"], plan.prefetch)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
-                                             plan.splits, HOLD_WB=hold, **coop_args, **meta)
+                                             plan.splits, HOLD_WB=_plan_holds_wb(plan, x.device),
+                                             **utils.coop_launch_args(plan, x.device), **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -582,7 +583,7 @@ def _norm_chain_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn
 @triton.jit
 def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
                             ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                            PREFETCH: tl.constexpr, WARPS: tl.constexpr):
+                            PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -592,11 +593,12 @@ def _norm_chain_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stri
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=0.0).to(tl.float32)
-    for rnd in tl.range(0, rounds):
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < tl.where(row < M, N, 0),
+                        other=0.0).to(tl.float32)
         if row < M:
-            if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
             publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(x, 0), 0.0),
                     epoch + 1 + rnd)
             if PREFETCH:
@@ -655,6 +657,12 @@ def layernorm_holds_wb(block_n: int, num_warps: int, register_cap: int, prefetch
     return (3 + prefetch) * (block_n // (32 * num_warps)) + 32 <= register_cap
 
 
+def _plan_holds_wb(plan: utils.RowPlan, device) -> bool:
+    """layernorm_holds_wb for a cooperative plan, under the register cap its launch gets."""
+    cap = utils.coop_launch_args(plan, device)["maxnreg"]
+    return layernorm_holds_wb(plan.block_n, plan.num_warps, cap, plan.prefetch)
+
+
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
     return utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
@@ -706,12 +714,10 @@ def _describe(shape, dtype):
 
 def describe_layernorm_plan(plan: utils.RowPlan, device) -> str:
     """plan.describe(), saying for a cooperative plan whether its programs hold weight and bias
-    across rounds (decided at launch, as _launch_layernorm decides it)."""
+    across rounds (as _launch_layernorm decides it)."""
     text = plan.describe()
     if plan.mode == "coop":
-        cap = utils.coop_launch_args(plan, device)["maxnreg"]
-        held = layernorm_holds_wb(plan.block_n, plan.num_warps, cap, plan.prefetch)
-        text = text[:-1] + (", weight and bias held)" if held else ", weight and bias re-read)")
+        text = text[:-1] + (", weight and bias held)" if _plan_holds_wb(plan, device) else ", weight and bias re-read)")
     return text
 
 

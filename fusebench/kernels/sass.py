@@ -182,7 +182,8 @@ def cooperative_kernels() -> dict[str, tuple]:
     for name, (kernel, strides) in kernels.items():
         for chunk, warps, per_sm in COOP_SHAPES:
             cap = coop_register_cap(per_sm, warps)
-            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps)
+            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps,
+                          STAGES=1)
             label = f"{name} coop {chunk} {warps}w {per_sm}/SM"
             if name == "layernorm":
                 consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, False)

@@ -261,7 +261,7 @@ def _softmax_split_apply_kernel(x_ptr, y_ptr, ws_ptr, N, stride_xm, stride_xn, s
 @triton.jit
 def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_ym, SPLITS,
                          ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                         PREFETCH: tl.constexpr, WARPS: tl.constexpr):
+                         PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
@@ -271,12 +271,15 @@ def _softmax_coop_kernel(x_ptr, y_ptr, sync_ptr, words, M, N, stride_xm, stride_
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=float("-inf")).to(tl.float32)
-    for rnd in tl.range(0, rounds):
+    # STAGES 2: the compiler's pipeliner copies the next round's chunk into shared memory while
+    # this round's programs exchange partials (the prefetch without its registers); it pipelines
+    # only a load outside the `if`, hence the mask on rows past M.
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < tl.where(row < M, N, 0),
+                        other=float("-inf")).to(tl.float32)
         if row < M:
-            if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
-                            ).to(tl.float32)
             # The chunk becomes e = exp(x - m_c), m_c its max: the output is e times one scalar.
             m_c = tl.max(x, 0)
             x = tl.exp(x - m_c)
@@ -608,22 +611,22 @@ def _double_softmax_split_apply_kernel(x_ptr, z_ptr, ws_ptr, N, stride_xm, strid
 @triton.jit
 def _double_softmax_coop_kernel(x_ptr, z_ptr, sync_ptr, words, M, N, stride_xm, stride_xn, stride_zm, SPLITS,
                                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                                PREFETCH: tl.constexpr, WARPS: tl.constexpr):
+                                PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_xm = stride_xm // ALIGN * ALIGN
     stride_zm = stride_zm // ALIGN * ALIGN
-    # Rounds, chunks and the exchange as in _softmax_coop_kernel.
+    # Rounds, chunks, the exchange and the prefetches as in _softmax_coop_kernel.
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
         first = (pid // SPLITS).to(tl.int64)
         x = tl.load(x_ptr + first * stride_xm + cols * stride_xn, mask=cols < tl.where(first < M, N, 0),
                     other=float("-inf")).to(tl.float32)
-    for rnd in tl.range(0, rounds):
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < tl.where(row < M, N, 0),
+                        other=float("-inf")).to(tl.float32)
         if row < M:
-            if not PREFETCH:
-                x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf")
-                            ).to(tl.float32)
             # The chunk becomes e = exp(x - m_c), m_c its max (see _softmax_coop_kernel).
             m_c = tl.max(x, 0)
             x = tl.exp(x - m_c)
@@ -901,24 +904,27 @@ def _softmax_bwd_split_apply_kernel(dy_ptr, y_ptr, dx_ptr, ws_ptr, N, stride_dym
 @triton.jit
 def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, sync_ptr, words, M, N, stride_dym, stride_dyn, stride_ym,
                              stride_yn, stride_dxm, SPLITS, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr):
+                             BLOCK_S: tl.constexpr, PREFETCH: tl.constexpr, WARPS: tl.constexpr,
+                             STAGES: tl.constexpr):
     N = N // ALIGN * ALIGN
     stride_dym = stride_dym // ALIGN * ALIGN
     stride_ym = stride_ym // ALIGN * ALIGN
     stride_dxm = stride_dxm // ALIGN * ALIGN
-    # Rounds, chunks and the exchange as in _softmax_coop_kernel; the partial is the chunk's dot.
+    # Rounds, chunks, the exchange and the prefetches as in _softmax_coop_kernel; the partial is
+    # the chunk's dot.
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if PREFETCH:
         first = (pid // SPLITS).to(tl.int64)
         bound = tl.where(first < M, N, 0)
         dy = tl.load(dy_ptr + first * stride_dym + cols * stride_dyn, mask=cols < bound, other=0.0).to(tl.float32)
         y = tl.load(y_ptr + first * stride_ym + cols * stride_yn, mask=cols < bound, other=0.0).to(tl.float32)
-    for rnd in tl.range(0, rounds):
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            bound = tl.where(row < M, N, 0)
+            dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < bound, other=0.0).to(tl.float32)
+            y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < bound, other=0.0).to(tl.float32)
         if row < M:
-            if not PREFETCH:
-                dy = tl.load(dy_ptr + row * stride_dym + cols * stride_dyn, mask=cols < N, other=0.0).to(tl.float32)
-                y = tl.load(y_ptr + row * stride_ym + cols * stride_yn, mask=cols < N, other=0.0).to(tl.float32)
             publish(exchange_slots(sync_ptr, pid, rnd), tl.where(tl.arange(0, 2) == 0, tl.sum(dy * y, 0), 0.0),
                     epoch + 1 + rnd)
             if PREFETCH:

@@ -164,7 +164,9 @@ class RowPlan:
     # one memory round trip fewer before the store, three row-sized values per thread instead of one.
     prefetch: bool = False
     # loop: software-pipeline each pass's loads this deep through shared memory (None: not at all;
-    # 1: the next step's loads are issued, into registers, before this step is used)
+    # 1: the next step's loads are issued, into registers, before this step is used).  coop: 2 or
+    # more, the compiler copies the next rounds' chunks into shared memory during this round's
+    # exchange (the prefetch without its registers); None, not at all.
     stages: int | None = None
     # reread: the second pass's step
     block_n2: int = 0
@@ -190,8 +192,10 @@ class RowPlan:
             return (f"re-read rows (steps {self.block_n} then {self.block_n2}, {self.num_warps} warps, "
                     f"{self.grid} programs)")
         if self.mode == "coop":
+            ahead = (", prefetching" if self.prefetch else
+                     f", loads pipelined {self.stages} deep" if self.stages else "")
             return (f"cooperative rows ({self.splits} x {self.block_n}, {self.num_warps} warps, "
-                    f"{self.grid} programs{', prefetching' if self.prefetch else ''})")
+                    f"{self.grid} programs{ahead})")
         return f"split rows ({self.splits} x {self.block_n}, {self.num_warps} warps)"
 
 
@@ -252,27 +256,31 @@ COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (8192,
 
 
 def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
-              prefetch: bool = False) -> RowPlan:
+              prefetch: bool = False, stages: int | None = None) -> RowPlan:
     """Cooperative rows: `per_sm` programs per SM (coop_launch_args caps their registers so that
     they fit), grouped `splits` to a row, at most M rows at a time.  With `prefetch` each program
     loads its chunk of the next row before it waits for this row's partials, so that DRAM stays
-    busy while the row's programs exchange them (twice the registers)."""
+    busy while the row's programs exchange them (twice the registers); `stages` does the same
+    through shared memory (stages - 1 chunks ahead, `stages` chunk-sized buffers a program)."""
+    if prefetch and stages:
+        raise ValueError("a cooperative plan prefetches into registers or through shared memory, not both")
     chunk = next_pow2(chunk)
     splits = cdiv(N, chunk)
     rows_at_once = max(1, min(M, num_sms(device) * per_sm // splits))
-    return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch)
+    return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch, stages)
 
 
 def coop_launch_args(plan: RowPlan, device) -> dict:
     """What every cooperative kernel takes from its plan: the constexprs BLOCK_S (the splits,
-    rounded up to a power of two), PREFETCH and WARPS, and the launch options: a cooperative grid,
+    rounded up to a power of two), PREFETCH, WARPS and STAGES, and the launch options: a cooperative grid,
     and a register cap that lets its programs per SM (plan.grid over the SM count) fit.  Without
     the cap, double_softmax and layernorm took 76-102 registers a thread at 8 and 16 warps, so
     that 4 (or 2) programs per SM, and the launch, did not fit; ptxas spills what the cap leaves
     out, at most 8 bytes in the kernels without a prefetch (sm_90, offline, session 17)."""
     per_sm = cdiv(plan.grid, num_sms(device))
     return dict(BLOCK_S=next_pow2(plan.splits), PREFETCH=plan.prefetch, WARPS=plan.num_warps,
-                launch_cooperative_grid=True, maxnreg=coop_register_cap(per_sm, plan.num_warps))
+                STAGES=plan.stages or 1, launch_cooperative_grid=True,
+                maxnreg=coop_register_cap(per_sm, plan.num_warps))
 
 
 def coop_register_cap(per_sm: int, num_warps: int) -> int:
