@@ -431,6 +431,27 @@ def test_gelu_saturates():
 # plans (pure Python)
 
 
+def test_cooperative_candidates_staged_where_shared_memory_fits(monkeypatch):
+    # As on an H100 (132 SMs, 227 KiB a program): every cooperative shape is also staged 2 deep
+    # (not its prefetching copy), except where the buffers of its programs per SM do not fit --
+    # softmax_backward stages two inputs, which fits at 1-2 programs an SM (8192 and 4096 at 16 warps)
+    # and not at 4; in bf16, half the bytes, 4096-column chunks at 4 an SM fit too.
+    monkeypatch.setattr(utils, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(utils, "num_sms", lambda device: 132)
+    def staged(plans):
+        return [p for p in plans if p.mode == "coop" and p.stages]
+
+    assert len(staged(knorm.layernorm_plans(512, 65536, "cpu"))) == len(utils.COOP_SHAPES)
+    assert not any(p.prefetch for p in staged(knorm.layernorm_plans(512, 65536, "cpu")))
+    shapes = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu"))}
+    assert shapes == {(8192, 16), (4096, 16)}
+    bf16 = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu", elem_size=2))}
+    assert {(4096, 4), (4096, 2)} <= bf16
+    # the fit itself: 4 programs x (2 stages x 4096 x 4 bytes x 2 inputs + 2 KiB) > 227 KiB
+    four = dataclasses.replace(utils.coop_plan(512, 65536, "cpu", 4096, 4, 4), stages=2)
+    assert utils.coop_stages_fit(four, "cpu", 4, 1) and not utils.coop_stages_fit(four, "cpu", 4, 2)
+
+
 def test_row_plans_heuristic():
     assert utils.row_plans(4096, 4096, "cpu")[0].mode == "tile"
     assert utils.row_plans(4096, 16384, "cpu")[0].block_n == 16384
@@ -518,7 +539,8 @@ def test_gpu_cooperative_exchange_repeated(name, shape):
     case = get_case(name)
     atol, rtol = case.tolerance(torch.float32)
     plans = [p for p in PLANS[name](*shape, DEVICE) if p.mode == "coop"]
-    assert len(plans) == 2 * len(utils.COOP_SHAPES)  # each with and without the prefetch
+    # each with and without the prefetch, and staged where that fits
+    assert sum(not p.stages for p in plans) == 2 * len(utils.COOP_SHAPES) and any(p.stages for p in plans)
     for seed in range(3):
         args = inputs(name, shape, torch.float32, seed=10 + seed)
         ref = case.run_reference(args).to(args[0].device)
@@ -600,10 +622,16 @@ def test_unmasked_long_row_plans_do_not_spill():
 
 def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
-    (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch."""
+    (utils.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch,
+    staged or not."""
     usage = _sass_report("--coop")
-    assert len(usage) == 5 * len(utils.COOP_SHAPES) and sum(k.endswith("weight held") for k in usage) == 5
+    staged = {k for k in usage if " staged" in k}
+    # every shape of each kernel, and staged where its buffers fit (softmax_backward: 2 of them)
+    assert len(usage) - len(staged) == 5 * len(utils.COOP_SHAPES) and len(staged) == 4 * len(utils.COOP_SHAPES) + 2
+    assert sum(k.endswith("weight held") for k in usage) == 10
     assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > 8} == {}
+    # the staged plans' rounds go through shared memory (cp.async); the others' do not
+    assert {k for k, v in usage.items() if v["async_copies"]} == staged
 
 
 def test_l2_flush_kernel_zeroes_the_whole_buffer():

@@ -9,7 +9,8 @@ others' layout through shared memory before it issued their loads).
 
     python -m fusebench.kernels.sass        # the memory-op order of each single-pass kernel, as JSON
     python -m fusebench.kernels.sass --usage  # registers and spilled bytes of the unmasked long-row plans
-    python -m fusebench.kernels.sass --coop   # the same for the cooperative plans, under their register caps
+    python -m fusebench.kernels.sass --coop   # the same for the cooperative plans, under their register caps,
+                                              # with their async copies (the staged plans' rounds)
 
 The second property: no spills in the long-row plans that Inductor's kernels match (per-element
 masks hold registers; see utils.within).  The third: the cooperative plans fit their programs per
@@ -78,12 +79,12 @@ def cubin_sass(cubin: bytes) -> str:
     return _cuobjdump(cubin, "-sass")
 
 
-def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90) -> str:
+def compile_sass(kernel, constexprs: dict, num_warps: int, arch: int = 90, maxnreg: int | None = None) -> str:
     """SASS of `kernel` (a @triton.jit function) for sm_<arch>.  Arguments not in `constexprs`:
     `sync_ptr` (the cooperative kernels' exchange buffer) an int64 pointer, other names ending in
     _ptr fp32 pointers, `eps` an fp32, the rest int32; all of them divisible by 16, as the JIT
     specializes them for power-of-two shapes and aligned tensors."""
-    return cubin_sass(_compile(kernel, constexprs, num_warps, arch))
+    return cubin_sass(_compile(kernel, constexprs, num_warps, arch, maxnreg))
 
 
 def _compile(kernel, constexprs: dict, num_warps: int, arch: int, maxnreg: int | None = None) -> bytes:
@@ -166,29 +167,32 @@ def unmasked_long_row_kernels() -> dict[str, tuple]:
 
 def cooperative_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
-    65536 fp32 columns in each of the plans utils.row_plans lists, without the prefetch (with it,
+    65536 fp32 columns in each of the plans utils.row_plans lists without the prefetch (with it,
     the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
-    them like the others); layernorm's as launched, holding weight and bias where
-    norms.layernorm_holds_wb says so."""
+    them like the others), unstaged and, where that fits, staged 2 deep; layernorm's as
+    launched, holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap
+    from fusebench.kernels.utils import COOP_SHAPES, RowPlan, coop_register_cap, coop_stages_fit, num_sms
 
-    kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1)),
-               "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1)),
-               "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1)),
-               "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1)),
-               "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1))}
+    kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1), 1),
+               "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1), 1),
+               "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1), 2),
+               "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1), 1),
+               "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1), 1)}
     out = {}
-    for name, (kernel, strides) in kernels.items():
+    for name, (kernel, strides, row_inputs) in kernels.items():
         for chunk, warps, per_sm in COOP_SHAPES:
             cap = coop_register_cap(per_sm, warps)
-            consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps,
-                          STAGES=1)
-            label = f"{name} coop {chunk} {warps}w {per_sm}/SM"
-            if name == "layernorm":
-                consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, False)
-                label += " weight held" if consts["HOLD_WB"] else ""
-            out[label] = (kernel, consts, warps, cap)
+            # the plan as the shared-memory fit sees it: `per_sm` programs on each of the CPU's SMs
+            staged = RowPlan("coop", 1, chunk, warps, 65536 // chunk, per_sm * num_sms("cpu"), stages=2)
+            for stages in (1, 2) if coop_stages_fit(staged, "cpu", 4, row_inputs) else (1,):
+                consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False,
+                              WARPS=warps, STAGES=stages)
+                label = f"{name} coop {chunk} {warps}w {per_sm}/SM" + (" staged" if stages > 1 else "")
+                if name == "layernorm":
+                    consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, False)
+                    label += " weight held" if consts["HOLD_WB"] else ""
+                out[label] = (kernel, consts, warps, cap)
     return out
 
 
@@ -202,7 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     elif "--coop" in args:  # the same for the cooperative plans, built under their register caps
         for label, (kernel, consts, warps, cap) in cooperative_kernels().items():
             regs, stack = resource_usage(kernel, consts, warps, maxnreg=cap)
-            result[label] = {"registers": regs, "stack": stack, "cap": cap}
+            # async copies into shared memory (cp.async): whether the pipeliner staged the rounds
+            copies = len(re.findall(r"\bLDGSTS\b", compile_sass(kernel, consts, warps, maxnreg=cap)))
+            result[label] = {"registers": regs, "stack": stack, "cap": cap, "async_copies": copies}
     else:
         for label, (kernel, consts, warps) in single_pass_kernels().items():
             n, order = memory_op_order(compile_sass(kernel, consts, warps))

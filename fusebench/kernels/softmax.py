@@ -677,7 +677,8 @@ def softmax_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
 
 
 def softmax_backward_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
-    plans = utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    plans = utils.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+                            row_inputs=2)  # dy and y
     if N > max_onchip:
         # Inductor's kernel for 32768-column rows (session 11: 98.8 us at 1024x32768 on an H200,
         # ours 103-106): one 32-warp program per row whose passes are one 32768-column step each.

@@ -126,6 +126,16 @@ def num_sms(device) -> int:
     return _cuda_props(_cuda_index(device)).multi_processor_count
 
 
+def shared_memory_per_program(device) -> int:
+    """The most shared memory one program may take on `device` (Triton's driver: the opt-in limit
+    per block, 227 KiB on sm_90).  On the CPU, sm_90's, so that plans and tests are the same."""
+    if torch.device(device).type != "cuda":
+        return 232448
+    from triton.runtime import driver
+
+    return driver.active.utils.get_device_properties(_cuda_index(device))["max_shared_mem"]
+
+
 # ----------------------------------------------------------------------------------------------
 # launch plans for kernels that reduce each row of a 2-D tensor
 
@@ -270,6 +280,17 @@ def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, pe
     return RowPlan("coop", 1, chunk, num_warps, splits, rows_at_once * splits, prefetch, stages)
 
 
+def coop_stages_fit(plan: RowPlan, device, elem_size: int = 4, row_inputs: int = 1) -> bool:
+    """Whether a cooperative plan staged through shared memory (plan.stages chunks of each of the
+    kernel's `row_inputs` inputs a program) still fits its programs per SM, with 2 KiB a program
+    for the reductions' scratch.  softmax_backward's two inputs at 4 programs an SM do not: the
+    cooperative launch fails (H100, session 21)."""
+    per_sm = cdiv(plan.grid, num_sms(device))
+    staged = (plan.stages or 0) * plan.block_n * elem_size * row_inputs
+    # the SM's shared memory is 1 KiB more than a program's limit: this errs on the safe side
+    return per_sm * (staged + 2048) <= shared_memory_per_program(device)
+
+
 def coop_launch_args(plan: RowPlan, device) -> dict:
     """What every cooperative kernel takes from its plan: the constexprs BLOCK_S (the splits,
     rounded up to a power of two), PREFETCH, WARPS and STAGES, and the launch options: a cooperative grid,
@@ -297,14 +318,16 @@ def coop_enabled(device) -> bool:
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
               tile_prefetch: bool = False, streams: bool = False,
-              rereads: bool = False) -> list[RowPlan]:
+              rereads: bool = False, row_inputs: int = 1) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
     (smaller programs shorten the last wave of a small grid, larger ones cut per-program
     overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight), split and
-    cooperative rows (COOP_SHAPES, each also prefetching, RowPlan.prefetch; one at one program per
+    cooperative rows (COOP_SHAPES, each also prefetching, RowPlan.prefetch, and each also staged
+    through shared memory where that fits, RowPlan.stages, with `row_inputs` row-sized inputs
+    staged a program; one at one program per
     SM, whose registers hold a prefetch of two inputs; one of 8 values a thread, twice the threads:
     the fastest for softmax_backward at 512-2048 rows of 65536 columns, H100; 2048-column chunks at
     8 programs an SM were not faster than these, session 17; two of 32 values a thread and one of
@@ -365,6 +388,11 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in (False, True)
              for chunk, warps, per_sm in COOP_SHAPES] if coop_enabled(device) else []
+    # Staged 2 deep: layernorm's fastest at 512-1024 rows of 32768-65536 columns (0.89-0.91 of a
+    # same-size copy against 0.87-0.90 unstaged, H100, session 21, docs/device-runs/s21-call1);
+    # softmax and double_softmax stay faster with the prefetch in registers.  3 deep was no faster.
+    coops += [p for p in (replace(c, stages=2) for c in coops if not c.prefetch)
+              if coop_stages_fit(p, device, elem_size, row_inputs)]
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
     return unique((splits + loops + streamed if few_rows else loops + streamed + splits) + coops + wide)
