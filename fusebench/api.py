@@ -124,8 +124,9 @@ def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, plugi
     with store.con:
         store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
     # A run stored before flush_mode existed flushed with ordinary stores, one stored before
-    # warm_call_max_bytes had no warm call: resume each the same way.
-    timing = timing or TimingSettings(**{"flush_mode": "zero", "warm_call_max_bytes": 0,
+    # warm_call_max_bytes had no warm call, one before warm_call_discards kept the warm call's
+    # outputs in L2: resume each the same way.
+    timing = timing or TimingSettings(**{"flush_mode": "zero", "warm_call_max_bytes": 0, "warm_call_discards": False,
                                          **json.loads(info["timing"] or "{}")})
     return [c for c in cells if c.key() not in done], timing, tuple(request.get("metrics") or ())
 

@@ -670,6 +670,21 @@ def test_gpu_discard_flush_keeps_other_buffers():
     assert torch.equal(y, torch.arange(1 << 22, dtype=torch.int32, device="cuda") + 3)
 
 
+@gpu
+def test_gpu_discard_outputs_keeps_the_inputs_named():
+    # The warm call's outputs are dropped from L2 (contents undefined), but not a tensor of `keep`,
+    # whose lines, written just before and dirty in L2, must reach memory.
+    from fusebench.measure.l2flush import discard_outputs
+
+    kept = torch.arange(1 << 20, dtype=torch.int32, device="cuda")
+    for i in range(3):
+        kept.add_(1)
+        scratch = kept + 5
+        discard_outputs((kept, [scratch]), keep=[kept])
+    torch.cuda.synchronize()
+    assert torch.equal(kept, torch.arange(1 << 20, dtype=torch.int32, device="cuda") + 3)
+
+
 def test_shadow_operands_copy_layout_alignment_and_values():
     # the autotuner's warm call launches on these: same shapes, strides and 16-byte alignment (so the
     # JIT picks the same binary), the inputs' values, in new memory; None passes through

@@ -293,6 +293,24 @@ def test_timing_settings_record_the_warm_call():
     # Runs from session 12 on run the call on a second input set after each flush; runs stored
     # before that resume without it (api._resume_plan), and --no-warm-call stores 0.
     assert TimingSettings().as_dict()["warm_call_max_bytes"] == 1 << 30
+    # From session 21 on the warm call's outputs are dropped from L2 after it (measure.timing)
+    assert TimingSettings().as_dict()["warm_call_discards"] is True
+
+
+def test_warm_call_discards_its_outputs_but_not_its_inputs(monkeypatch):
+    # The warm call's outputs go to l2flush.discard_outputs, with the second input set kept (an
+    # output that is one of them is not dropped); discard=False (runs before session 21) skips it.
+    from fusebench.measure import l2flush
+    from fusebench.measure.timing import warm_call
+
+    dropped = []
+    monkeypatch.setattr(l2flush, "discard_outputs", lambda out, keep=(): dropped.append((out, tuple(keep))))
+    monkeypatch.setattr(l2flush, "touch_pages", lambda tensors: None)
+    other_in, out = torch.ones(3), torch.zeros(3)
+    warm_call(lambda: out, [torch.ones(3)], [other_in])()
+    assert dropped == [(out, (other_in,))]
+    warm_call(lambda: out, [torch.ones(3)], [other_in], discard=False)()
+    assert len(dropped) == 1
 
 
 class _FakeCase:
@@ -335,8 +353,14 @@ def test_resuming_a_run_stored_before_the_warm_call_keeps_its_timing(db):
 
     fusebench.run(["softmax"], impls=["eager"], shapes="16x32", db=db, timing=FAST, device="cpu")
     store = Store.open(db)
-    old = {k: v for k, v in FAST.as_dict().items() if k != "warm_call_max_bytes"}
+    old = {k: v for k, v in FAST.as_dict().items() if k not in ("warm_call_max_bytes", "warm_call_discards")}
     with store.con:
         store.con.execute("UPDATE runs SET timing=? WHERE id=1", (json.dumps(old),))
     _, timing, _ = _resume_plan(store, 1, None, [])
-    assert timing.warm_call_max_bytes == 0
+    assert timing.warm_call_max_bytes == 0 and not timing.warm_call_discards
+    # one stored with a warm call before session 21 kept its outputs in L2, and resumes so
+    old["warm_call_max_bytes"] = 1 << 30
+    with store.con:
+        store.con.execute("UPDATE runs SET timing=? WHERE id=1", (json.dumps(old),))
+    _, timing, _ = _resume_plan(store, 1, None, [])
+    assert timing.warm_call_max_bytes == 1 << 30 and not timing.warm_call_discards

@@ -19,8 +19,11 @@ writes them back before the start event.
 
 After each flush, before the spin, a "warm call" (when the caller passes one; the runner does for
 calls of up to 1 GiB of traffic): the same call on a second, same-shaped set of inputs (its freed
-outputs are where the timed call's will be allocated), then one byte read every 64 KiB of the
-timed call's inputs (l2flush.touch_pages).  The timed call's data is still cold, but what else the
+outputs are where the timed call's will be allocated), its outputs' lines then dropped from L2
+without write-back (l2flush.discard_outputs; until session 21 the timed call wrote them back: on
+an H100 a 256 MiB copy took 92.8 us instead of 86.9, layernorm's and softmax's kernels 5-9 us
+more, docs/device-runs/s21-call3), then one byte read every 64 KiB of the timed call's inputs
+(l2flush.touch_pages).  The timed call's data is still cold, but what else the
 flush disturbed is settled.  What that is was not isolated: not the kernel's code (on an H200 a
 one-program launch of another binary on a small buffer allocated beside the inputs settled it as
 well); the address translations of the pages the flush swept past are the guess.  Without it a
@@ -61,6 +64,9 @@ class TimingSettings:
     # minimum bytes) is at most this; 0 turns it off, as runs before session 12 were timed.  Above
     # it calls take >= ~250 us on an H200, where what it settles is under 0.5%.
     warm_call_max_bytes: int = 1 << 30
+    # Drop the warm call's outputs from L2 after it (l2flush.discard_outputs).  Runs before session
+    # 21 did not: the timed call wrote those dirty lines back, 5-9 us more at 256 MiB (H100).
+    warm_call_discards: bool = True
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -134,13 +140,18 @@ def time_call(fn: Callable[[], object], device: str, st: TimingSettings,
     return _time_host(fn, st)
 
 
-def warm_call(other: Callable[[], object], timed: Sequence) -> Callable[[], None]:
+def warm_call(other: Callable[[], object], timed: Sequence, other_inputs: Sequence = (),
+              discard: bool = True) -> Callable[[], None]:
     """The warm call for time_call (module docstring): `other` -- the same call on a second input
-    set --, then the pages of the timed call's tensors `timed` touched."""
-    from fusebench.measure.l2flush import touch_pages  # Triton: imported only where a GPU call is timed
+    set, `other_inputs` --, its outputs dropped from L2 (unless `discard` is False, or they are
+    among `other_inputs`), then the pages of the timed call's tensors `timed` touched."""
+    # Triton: imported only where a GPU call is timed
+    from fusebench.measure.l2flush import discard_outputs, touch_pages
 
     def warm() -> None:
-        other()
+        out = other()
+        if discard:
+            discard_outputs(out, keep=other_inputs)
         touch_pages(timed)
 
     return warm

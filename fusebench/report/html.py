@@ -189,6 +189,8 @@ def environment(info: dict, cells=None) -> list[dict]:
             items["flush_mode"] = "zero (not recorded: runs before it was, flushed with ordinary stores)"
         if key == "timing" and items.get("flush_l2") and "warm_call_max_bytes" not in items:
             items["warm_call_max_bytes"] = "0 (not recorded: runs before it was had no warm call)"
+        if key == "timing" and items.get("warm_call_max_bytes") and "warm_call_discards" not in items:
+            items["warm_call_discards"] = "False (not recorded: runs before it was kept the warm call's outputs in L2)"
         out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items() if v not in (None, "", [])]})
     return [g for g in out if g["items"]]
 

@@ -184,7 +184,7 @@ def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSetting
         return None
     other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
     # Its outputs, freed, are where the timed call's will be allocated.
-    return warm_call(lambda: prepared.fn(*other), args)
+    return warm_call(lambda: prepared.fn(*other), args, other, discard=timing.warm_call_discards)
 
 
 def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:
