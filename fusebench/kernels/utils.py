@@ -39,7 +39,10 @@ Heuristics (documented here once, used by every memory-bound kernel):
   `publish`), and the autotuner keeps `coop` at 512-8192 rows of 65536 columns for softmax,
   softmax_backward, layernorm and norm_chain (H100: 0.83-0.99 of the same-size copy), and since
   session 19, with the 32-values-a-thread shapes of COOP_SHAPES, for double_softmax at 128-4096
-  rows (until then it kept `reread`: its chunks cost more arithmetic).  `reread` (session 13)
+  rows (until then it kept `reread`: its chunks cost more arithmetic).  A cooperative plan's next
+  round may come ahead into registers (`prefetch`) or, since session 21, through shared memory
+  (`stages` = 2, the compiler's pipeliner: no registers, so the 32- and 64-values shapes can have
+  it too; layernorm keeps those at 128-2048x65536).  `reread` (session 13)
   reduces each first-pass step at once, so that its steps can be whole 32768-column rows: at
   4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
@@ -293,8 +296,9 @@ def coop_stages_fit(plan: RowPlan, device, elem_size: int = 4, row_inputs: int =
 
 def coop_launch_args(plan: RowPlan, device) -> dict:
     """What every cooperative kernel takes from its plan: the constexprs BLOCK_S (the splits,
-    rounded up to a power of two), PREFETCH, WARPS and STAGES, and the launch options: a cooperative grid,
-    and a register cap that lets its programs per SM (plan.grid over the SM count) fit.  Without
+    rounded up to a power of two), PREFETCH, WARPS and STAGES (1: not staged), and the launch
+    options: a cooperative grid, and a register cap that lets its programs per SM (plan.grid over
+    the SM count) fit.  Without
     the cap, double_softmax and layernorm took 76-102 registers a thread at 8 and 16 warps, so
     that 4 (or 2) programs per SM, and the launch, did not fit; ptxas spills what the cap leaves
     out, at most 8 bytes in the kernels without a prefetch (sm_90, offline, session 17)."""
