@@ -42,7 +42,9 @@ Heuristics (documented here once, used by every memory-bound kernel):
   rows (until then it kept `reread`: its chunks cost more arithmetic).  A cooperative plan's next
   round may come ahead into registers (`prefetch`) or, since session 21, through shared memory
   (`stages` = 2, the compiler's pipeliner: no registers, so the 32- and 64-values shapes can have
-  it too; layernorm keeps those at 128-2048x65536).  `reread` (session 13)
+  it too; the autotuner kept them for layernorm at 128-2048x65536 and 1024x32768, H100).  The
+  fit of the staged buffers is checked before a plan is a candidate (coop_stages_fit; on the H100
+  no staged candidate failed to launch).  `reread` (session 13)
   reduces each first-pass step at once, so that its steps can be whole 32768-column rows: at
   4096x32768 layernorm reaches 0.93 of the same-size copy (whole rows in registers: 0.86; H200).
 * Vector alignment.  Loads and stores are 16-byte vectors only when the compiler can prove the
