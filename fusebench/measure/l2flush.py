@@ -45,21 +45,20 @@ def _read_evict_last_kernel(ptr, sink_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _discard_l2_kernel(ptr, n_lines, BLOCK: tl.constexpr):
-    # Program pid drops 128-byte lines [pid * BLOCK, (pid + 1) * BLOCK) of the int32 buffer from
-    # L2 without writing them back (PTX discard.global.L2; the buffer's contents become undefined).
-    # Past the end, the last line again (harmless) rather than a mask: the asm takes no predicate.
-    line = tl.minimum(tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), n_lines - 1)
-    tl.inline_asm_elementwise("discard.global.L2 [$1], 128;\n\tmov.u32 $0, 0;", "=r,l", [ptr + line * 32],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _discard_bytes_kernel(ptr, n_lines, BLOCK: tl.constexpr):
-    # As _discard_l2_kernel, over a byte buffer: line i starts at byte 128 * i.
+def _discard_lines_kernel(ptr, n_lines, BLOCK: tl.constexpr):
+    # Program pid drops 128-byte lines [pid * BLOCK, (pid + 1) * BLOCK) of the byte buffer at ptr
+    # (line i at byte 128 * i) from L2 without writing them back (PTX discard.global.L2; their
+    # contents become undefined).  Past the end, the last line again (harmless) rather than a
+    # mask: the asm takes no predicate.
     line = tl.minimum(tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK), n_lines - 1)
     tl.inline_asm_elementwise("discard.global.L2 [$1], 128;\n\tmov.u32 $0, 0;", "=r,l", [ptr + line * 128],
                               dtype=tl.int32, is_pure=False, pack=1)
+
+
+def _discard_lines(raw: torch.Tensor, n_lines: int) -> None:
+    """Drop the first n_lines 128-byte lines of the uint8 tensor `raw` (128-byte aligned) from L2."""
+    if n_lines > 0:
+        _discard_lines_kernel[(triton.cdiv(n_lines, 1024),)](raw, n_lines, BLOCK=1024, num_warps=4)
 
 
 @triton.jit
@@ -103,10 +102,8 @@ def discard_outputs(out, keep=()) -> None:
             continue
         storage = t.untyped_storage()
         start = -storage.data_ptr() % 128  # the first whole line
-        n_lines = (storage.nbytes() - start) // 128
-        if n_lines > 0:
-            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)[start:]
-            _discard_bytes_kernel[(triton.cdiv(n_lines, 1024),)](raw, n_lines, BLOCK=1024, num_warps=4)
+        raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)[start:]
+        _discard_lines(raw, (storage.nbytes() - start) // 128)
 
 
 def zero_evict_last(buf: torch.Tensor) -> None:
@@ -118,8 +115,7 @@ def zero_evict_last(buf: torch.Tensor) -> None:
 def discard_l2(buf: torch.Tensor) -> None:
     """Drop the int32 tensor `buf`'s lines from L2, dirty or not, without writing them back: its
     contents are undefined afterwards (only for the flush's own buffer)."""
-    _discard_l2_kernel[(triton.cdiv(triton.cdiv(buf.numel(), 32), 1024),)](buf, triton.cdiv(buf.numel(), 32),
-                                                                          BLOCK=1024, num_warps=4)
+    _discard_lines(buf.view(torch.uint8), triton.cdiv(buf.numel() * 4, 128))
 
 
 def read_evict_last(buf: torch.Tensor) -> None:
