@@ -413,9 +413,10 @@ def _launch_layernorm(x, w, b, y, plan: utils.RowPlan):
                                             BLOCK_S=utils.next_pow2(plan.splits), **meta)
     else:
         sync = utils.exchange_buffer(x.device, plan.grid)
+        coop = utils.coop_launch_args(plan, x.device)
         _layernorm_coop_kernel[(plan.grid,)](x, w, b, y, sync, sync.numel(), M, N, sxm, sxn, N, LAYERNORM_EPS,
-                                             plan.splits, HOLD_WB=_plan_holds_wb(plan, x.device),
-                                             **utils.coop_launch_args(plan, x.device), **meta)
+                                             plan.splits, HOLD_WB=_plan_holds_wb(plan, coop["maxnreg"]),
+                                             **coop, **meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -657,10 +658,10 @@ def layernorm_holds_wb(block_n: int, num_warps: int, register_cap: int, prefetch
     return (3 + prefetch) * (block_n // (32 * num_warps)) + 32 <= register_cap
 
 
-def _plan_holds_wb(plan: utils.RowPlan, device) -> bool:
-    """layernorm_holds_wb for a cooperative plan, under the register cap its launch gets."""
-    cap = utils.coop_launch_args(plan, device)["maxnreg"]
-    return layernorm_holds_wb(plan.block_n, plan.num_warps, cap, plan.prefetch)
+def _plan_holds_wb(plan: utils.RowPlan, register_cap: int) -> bool:
+    """layernorm_holds_wb for a cooperative plan, under the register cap its launch gets
+    (utils.coop_launch_args(plan, device)["maxnreg"])."""
+    return layernorm_holds_wb(plan.block_n, plan.num_warps, register_cap, plan.prefetch)
 
 
 def norm_chain_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, elem_size=4):
@@ -717,7 +718,8 @@ def describe_layernorm_plan(plan: utils.RowPlan, device) -> str:
     across rounds (as _launch_layernorm decides it)."""
     text = plan.describe()
     if plan.mode == "coop":
-        text = text[:-1] + (", weight and bias held)" if _plan_holds_wb(plan, device) else ", weight and bias re-read)")
+        held = _plan_holds_wb(plan, utils.coop_launch_args(plan, device)["maxnreg"])
+        text = text[:-1] + (", weight and bias held)" if held else ", weight and bias re-read)")
     return text
 
 
