@@ -23,8 +23,10 @@ if [ "${TESTS:-0}" = 1 ]; then
 fi
 if [ "${NCU:-0}" = 1 ]; then
   log "ncu at 8192x8192 on GPU 0"
-  CUDA_VISIBLE_DEVICES=0 timeout -k 10 ${NCU_S:-300} python -m fusebench run $ALL --impl triton,inductor \
-    --shapes 8192x8192 --dtype fp32 --metrics none --ncu --db $OUT/ncu8192.db > /tmp/g/ncu8192.txt 2>&1
+  sel="$ALL --impl triton,inductor --shapes 8192x8192 --dtype fp32 --metrics none --ncu"
+  if [ -f .grid/ncu8192.db ]; then cp .grid/ncu8192.db $OUT/; sel="--resume 1"; fi  # (call 2 on)
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 ${NCU_S:-300} python -m fusebench run $sel --db $OUT/ncu8192.db \
+    > /tmp/g/ncu8192.txt 2>&1
   log "ncu exit $?"; grep -v "━" /tmp/g/ncu8192.txt | tail -4 | tee -a $OUT/log.txt
 fi
 if [ -n "$TPID" ]; then wait $TPID; log "$(tail -3 $OUT/tests.txt | tr '\n' ' ')"; fi
