@@ -700,6 +700,25 @@ def test_shadow_operands_copy_layout_alignment_and_values():
     assert utils.shadow_operands([view], max_bytes=view.numel() * 4 - 1) is None
 
 
+def test_autotune_warm_call_drops_only_the_shadow_outputs(monkeypatch):
+    # the autotuner's warm launch on the shadow operands is followed by dropping its outputs (the
+    # last n_outputs shadows, None among them passed along) from L2, as a cell's warm call does;
+    # the shadow inputs, which every warm launch reads again, are not dropped
+    from fusebench.measure import l2flush
+
+    dropped, launched = [], []
+    monkeypatch.setattr(l2flush, "discard_outputs", lambda out, keep=(): dropped.append(out))
+    monkeypatch.setattr(l2flush, "touch_pages", lambda tensors: None)
+    operands = (torch.ones(4), torch.zeros(4), None, torch.zeros(4))
+    shadow = utils.shadow_operands(operands)
+    warm = utils._warm_for("plan", lambda p, *ops: launched.append((p, ops)), operands, shadow, n_outputs=3)
+    warm()
+    assert launched == [("plan", tuple(shadow))]
+    assert len(dropped) == 1 and len(dropped[0]) == 3
+    assert dropped[0][0] is shadow[1] and dropped[0][1] is None and dropped[0][2] is shadow[3]
+    assert utils._warm_for("plan", lambda p, *ops: None, operands, None) is None
+
+
 @gpu
 def test_gpu_warm_call_runs_after_each_flush_and_only_with_one():
     from fusebench.measure.timing import TimingSettings, time_call

@@ -40,13 +40,18 @@ for spec in $GRID; do
     --metrics none --gpus all --db $OUT/$name.db > /tmp/g/$name.txt 2>&1
   log "$name: exit $?"; grep -v "━" /tmp/g/$name.txt | tail -6 >> $OUT/log.txt
 done
+# PAIRED_OLD=1 (call 3 on): each case twice, first with the autotuner's warm call as before this
+# session (s22-call3-probe.py, PROBE_OLD_WARM=1), then as committed.
 for spec in $PAIRED; do
   case=${spec%%:*}; shapes=${spec#*:}
-  left=$(( DEADLINE - $(date +%s) )); [ $left -lt 20 ] && { log "paired $case: no time left"; continue; }
-  log "paired $case $shapes (${left}s)"
-  timeout -k 5 $left python bench/paired.py $case $shapes --impls triton,inductor --rounds ${ROUNDS:-200} \
-    --csv $OUT/paired.csv 2>&1 | grep -v "^  *[0-9.]* ms" >> /tmp/g/paired.txt
-  log "paired exit $?"
+  for old in $( [ "${PAIRED_OLD:-0}" = 1 ] && echo 1 ) 0; do
+    left=$(( DEADLINE - $(date +%s) )); [ $left -lt 20 ] && { log "paired $case: no time left"; continue; }
+    log "paired $case $shapes old_warm=$old (${left}s)"
+    echo "== $case old_warm=$old" >> $OUT/paired.txt
+    PROBE_OLD_WARM=$old timeout -k 5 $left python docs/device-runs/s22-call3-probe.py $case $shapes \
+      --impls triton,inductor --rounds ${ROUNDS:-200} 2>&1 | grep -v "^  *[0-9.]* ms" >> $OUT/paired.txt
+    log "paired exit $?"
+  done
 done
 mv $OUT/*.db.log /tmp/g/ 2>/dev/null
 tar -czf $OUT/logs.tgz -C /tmp/g . 2>/dev/null

@@ -220,7 +220,7 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
         if plan is None:
             plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
                                       with_cos=with_cos, elem_size=a.element_size())
-            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device, operands)
+            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device, operands, n_outputs=3)
         launch(plan, *operands)
     return out_sum, (out_cos if with_cos else out_max)
 

@@ -479,11 +479,11 @@ def autotune_enabled(device) -> bool:
 
 
 def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]], launch: Callable[..., object],
-             device, operands: Sequence[torch.Tensor | None]) -> T:
+             device, operands: Sequence[torch.Tensor | None], n_outputs: int = 1) -> T:
     """The candidate to use for `key` (which must name the shape, dtype, strides and device).
 
-    `launch(c, *operands)` launches candidate c on `operands` (the call's input and output
-    tensors, or None for an output a variant does not write).  `candidates` may be a function that
+    `launch(c, *operands)` launches candidate c on `operands` (the call's input tensors, then its
+    `n_outputs` output tensors, or None for an output a variant does not write).  `candidates` may be a function that
     lists them, called only when `key` has no choice yet (it keeps the host's per-call cost low
     once a shape is tuned).
 
@@ -504,7 +504,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     shadow = shadow_operands(operands)
     best, best_ms, errors, timings = None, float("inf"), [], []
     for cand in candidates:
-        warm = _warm_for(cand, launch, operands, shadow)
+        warm = _warm_for(cand, launch, operands, shadow, n_outputs)
         try:
             ms = gpu_time_ms(lambda: launch(cand, *operands), device, warm=warm)
         except Exception as exc:  # noqa: BLE001 - a candidate may not fit this device
@@ -516,7 +516,7 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     if best is None:
         raise RuntimeError("no candidate config ran: " + "; ".join(errors))
     close = [c for c, ms in sorted(timings, key=lambda t: t[1]) if ms <= best_ms * FINALIST_MARGIN][:FINALISTS]
-    final = finalist(close, launch, device, operands, shadow, best_ms) if len(close) > 1 else []
+    final = finalist(close, launch, device, operands, shadow, best_ms, n_outputs=n_outputs) if len(close) > 1 else []
     if final:
         best = min(final, key=lambda t: t[1])[0]
     del shadow
@@ -540,11 +540,11 @@ FINALISTS = 4
 
 
 def finalist(cands: Sequence[T], launch: Callable[..., object], device, operands, shadow,
-             best_ms: float, kernel_ms_budget: float = 100.0) -> list[tuple[T, float]]:
+             best_ms: float, kernel_ms_budget: float = 100.0, n_outputs: int = 1) -> list[tuple[T, float]]:
     """(candidate, median ms) for `cands` timed interleaved (measure.timing.time_interleaved):
     10 to 50 rounds, as many as fit about kernel_ms_budget of their run time."""
     fns = [functools.partial(launch, c, *operands) for c in cands]
-    warms = [_warm_for(c, launch, operands, shadow) for c in cands]
+    warms = [_warm_for(c, launch, operands, shadow, n_outputs) for c in cands]
     rounds = max(10, min(50, int(kernel_ms_budget / (best_ms * len(cands)))))
     samples = time_interleaved(fns, _timing_device(device), TimingSettings(), rounds, warms)
     return [(c, sorted(t)[len(t) // 2] / 1e3) for c, t in zip(cands, samples)]
@@ -592,10 +592,20 @@ def _timing_device(device) -> str:
     return str(dev)
 
 
-def _warm_for(cand, launch: Callable[..., object], operands, shadow) -> Callable[[], object] | None:
-    """The warm call before each timed launch of `cand`: the same launch on the shadow operands
-    (None when there are none: operands too large for a warm call, see shadow_operands)."""
-    return None if shadow is None else warm_call(functools.partial(launch, cand, *shadow), operands)
+def _warm_for(cand, launch: Callable[..., object], operands, shadow, n_outputs: int = 1) -> Callable[[], object] | None:
+    """The warm call before each timed launch of `cand`: the same launch on the shadow operands,
+    whose last `n_outputs` are then dropped from L2 as a cell's warm call drops its outputs
+    (measure.timing.warm_call; before session 22 they stayed there, dirty).  None when there are
+    no shadow operands (too large for a warm call, see shadow_operands)."""
+    if shadow is None:
+        return None
+    outputs = tuple(shadow[len(shadow) - n_outputs:])
+
+    def other():
+        launch(cand, *shadow)
+        return outputs
+
+    return warm_call(other, operands)
 
 
 def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = 5.0,
