@@ -47,7 +47,10 @@ def load(paths: list[str], query: str = QUERY) -> pd.DataFrame:
         finally:
             con.close()
         frames.append(frame.assign(store=path.rsplit("/", 1)[-1]))
-    return pd.concat(frames, ignore_index=True)
+    # A store without cells (a ceilings store) gives an empty frame of untyped columns, which would
+    # leave the concatenation's times untyped too.
+    out = pd.concat([f for f in frames if not f.empty] or frames, ignore_index=True)
+    return out.astype({"time_us": float, "gbps": float})
 
 
 def copy_ceilings(paths: list[str]) -> dict[str, float]:

@@ -52,3 +52,13 @@ def test_committed_h100_store_reports_the_copy_not_the_h200_ceiling():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "standing.py"), str(store)], capture_output=True,
                          text=True, check=True, timeout=120).stdout
     assert "same-size copy on the NVIDIA H100" in out and "of ceiling" not in out
+
+
+def test_versus_with_a_store_of_ceilings_only():
+    # a ceilings store given beside the grid stores (as for the first target) has no cells; its
+    # empty frame used to leave the times untyped, and --versus failed on their logarithm
+    grid = ROOT / "docs" / "results" / "h100x2-session22-elementwise-grid.db"
+    ceilings = ROOT / "docs" / "device-runs" / "s17-call1" / "ceilings.db"
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "standing.py"), str(grid), str(ceilings), "--versus"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert "| `bias_dropout_add_transposed` (97) |" in out
