@@ -483,9 +483,9 @@ def autotune(key: Hashable, candidates: Sequence[T] | Callable[[], Sequence[T]],
     """The candidate to use for `key` (which must name the shape, dtype, strides and device).
 
     `launch(c, *operands)` launches candidate c on `operands` (the call's input tensors, then its
-    `n_outputs` output tensors, or None for an output a variant does not write).  `candidates` may be a function that
-    lists them, called only when `key` has no choice yet (it keeps the host's per-call cost low
-    once a shape is tuned).
+    `n_outputs` output tensors, or None for an output a variant does not write).  `candidates` may
+    be a function that lists them, called only when `key` has no choice yet (it keeps the host's
+    per-call cost low once a shape is tuned).
 
     On a GPU the first call for a key runs every candidate, timing each (median of a few runs,
     timed as cells are, see gpu_time_ms, with the warm call on copies of the operands, see
