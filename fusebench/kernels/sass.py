@@ -172,7 +172,7 @@ def cooperative_kernels() -> dict[str, tuple]:
     them like the others), unstaged and, where that fits, staged 2 deep; layernorm's as
     launched, holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import COOP_SHAPES, RowPlan, coop_register_cap, coop_stages_fit, num_sms
+    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
 
     kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1), 1),
                "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1), 1),
@@ -183,9 +183,8 @@ def cooperative_kernels() -> dict[str, tuple]:
     for name, (kernel, strides, row_inputs) in kernels.items():
         for chunk, warps, per_sm in COOP_SHAPES:
             cap = coop_register_cap(per_sm, warps)
-            # the plan as the shared-memory fit sees it: `per_sm` programs on each of the CPU's SMs
-            staged = RowPlan("coop", 1, chunk, warps, 65536 // chunk, per_sm * num_sms("cpu"), stages=2)
-            for stages in (1, 2) if coop_stages_fit(staged, "cpu", 4, row_inputs) else (1,):
+            staged_fits = stages_fit(per_sm, 2, chunk, 4, row_inputs, shared_memory_per_program("cpu"))  # sm_90's
+            for stages in (1, 2) if staged_fits else (1,):
                 consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False,
                               WARPS=warps, STAGES=stages)
                 label = f"{name} coop {chunk} {warps}w {per_sm}/SM" + (" staged" if stages > 1 else "")

@@ -290,10 +290,15 @@ def coop_stages_fit(plan: RowPlan, device, elem_size: int = 4, row_inputs: int =
     kernel's `row_inputs` inputs a program) still fits its programs per SM, with 2 KiB a program
     for the reductions' scratch.  softmax_backward's two inputs at 4 programs an SM do not: the
     cooperative launch fails (H100, session 21)."""
-    per_sm = cdiv(plan.grid, num_sms(device))
-    staged = (plan.stages or 0) * plan.block_n * elem_size * row_inputs
+    return stages_fit(cdiv(plan.grid, num_sms(device)), plan.stages or 0, plan.block_n, elem_size, row_inputs,
+                      shared_memory_per_program(device))
+
+
+def stages_fit(per_sm: int, stages: int, block_n: int, elem_size: int, row_inputs: int, shared_memory: int) -> bool:
+    """coop_stages_fit for `per_sm` programs an SM, each staging `stages` chunks of `block_n`
+    elements of each input, under a per-program limit of `shared_memory` bytes."""
     # the SM's shared memory is 1 KiB more than a program's limit: this errs on the safe side
-    return per_sm * (staged + 2048) <= shared_memory_per_program(device)
+    return per_sm * (stages * block_n * elem_size * row_inputs + 2048) <= shared_memory
 
 
 def coop_launch_args(plan: RowPlan, device) -> dict:
