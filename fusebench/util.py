@@ -7,3 +7,13 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
     `na` entry holds."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:limit]
+
+
+_CONTROL = {c: "\ufffd" for c in list(range(0, 9)) + [11, 12] + list(range(14, 32)) + [127]}
+
+
+def plain(text: object) -> str:
+    """Text from a store or an exception, safe to print: control characters (ESC sequences
+    included) replaced by U+FFFD, newlines and tabs kept.  Print it with markup off, or pass it
+    through rich.markup.escape where a Table or markup string holds it."""
+    return str(text).translate(_CONTROL)
