@@ -1,6 +1,7 @@
 """The environment a run measured on: versions, device, clocks.  Stored with every run."""
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -42,6 +43,13 @@ def best_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def peer_versions() -> str:
+    """JSON {distribution: version or null} of the peer libraries (fusebench/impls/peers)."""
+    from fusebench.impls.peers import versions
+
+    return json.dumps(versions(), sort_keys=True)
+
+
 def collect(device: str) -> dict:
     try:
         import triton
@@ -59,6 +67,7 @@ def collect(device: str) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "device": "cuda" if device.startswith("cuda") else "cpu",
+        "peers": peer_versions(),
     }
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)

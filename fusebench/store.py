@@ -41,6 +41,7 @@ RUN_COLUMNS = {
     "python": "TEXT",
     "platform": "TEXT",
     "clocks": "TEXT",  # JSON: SM/memory clocks read at the start
+    "peers": "TEXT",  # JSON: {peer library: installed version or null}
     "timing": "TEXT",  # JSON: timing settings
     "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, ...)
 }

@@ -2,7 +2,9 @@
 
 An implementation turns a case into a callable for one (shape, dtype, device): eager runs the
 function as written, Inductor compiles it, `triton` looks up our own kernel, the SDPA backends
-call PyTorch's fused attention.  Implementations register with `@implementation`.
+call PyTorch's fused attention, the peers call other libraries' kernels.  Built-in implementations
+register with the class decorator `@implementation` here; a user's function registers with
+`fusebench.implementation` (impls/user.py).
 """
 from __future__ import annotations
 
@@ -74,6 +76,9 @@ def _load() -> None:
     import fusebench.impls.sdpa  # noqa: F401
     import fusebench.impls.ceiling  # noqa: F401
     import fusebench.impls.cublaslt  # noqa: F401
+    import fusebench.impls.peers  # noqa: F401
+
+    fusebench.impls.peers.load()
 
 
 def get_impl(name: str) -> Implementation:
