@@ -48,6 +48,7 @@ class PeerImplementation(Implementation):
     adapters: dict[str, Adapter] = {}
     # Lowest CUDA compute capability the library's kernels run on.
     min_capability: tuple[int, int] = (8, 0)
+    default_on_cpu = False  # GPU libraries: never planned on the CPU unless asked for
 
     def applies(self, case) -> bool:
         return case.name in self.adapters
