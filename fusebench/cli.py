@@ -64,8 +64,9 @@ def parse_run_ids(text: str) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 @app.command("list")
 @bad_input_is_exit_2
-def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases.")):
-    """List cases, implementations available here, and default shapes."""
+def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases or "
+                                                                   "implementations.")):
+    """List cases, implementations (with why one cannot run here), and default shapes."""
     from fusebench.cases import DTYPE_NAMES, all_cases, load_plugin, shape_str
     from fusebench.env import best_device
     from fusebench.impls import all_impls

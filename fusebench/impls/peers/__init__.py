@@ -68,8 +68,8 @@ class PeerImplementation(Implementation):
         try:
             if not self.installed():
                 return f"not installed: {self.install}"
-        except (ImportError, ValueError):  # a parent package that is there but not importable
-            return f"not installed: {self.install}"
+        except Exception as exc:  # a parent package that is there but does not import
+            return f"import {self.module} failed: {first_line(exc)}"
         if not device.startswith("cuda"):
             return "needs a CUDA GPU"
         try:
