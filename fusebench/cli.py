@@ -363,6 +363,100 @@ def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="St
         store.close()
 
 
+
+# ---------------------------------------------------------------------------------------------
+@app.command("paired")
+@bad_input_is_exit_2
+def paired_cmd(
+    case: str = typer.Argument(..., help="The case."),
+    shapes: str = typer.Argument(..., help="Shapes, comma-separated: AxB[,CxD,...]."),
+    impl: str = typer.Option("triton,inductor", "--impl", help="Two implementations A,B: the speedup of A over B."),
+    dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: the case's own)."),
+    rounds: int = typer.Option(300, help="Rounds; each times A and B once, in alternating order."),
+    threshold: float = typer.Option(0.95, help="The verdict's line: below / not below / undecided."),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
+    plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases."),
+    csv: Optional[str] = typer.Option(None, "--csv", help="Append the rows to this CSV file."),
+):
+    """Time two implementations rep by rep in turn: the speedup with a 95% bootstrap interval.
+
+    For differences that one cell's median cannot decide (a 5 us call).  Outputs are checked against the float64 reference first; exit 1 if a shape could not be timed."""
+    import os
+
+    import torch
+
+    from fusebench.cases import DTYPE_NAMES, get_case, load_plugin, parse_dtype, parse_shape, shape_str
+    from fusebench.env import best_device
+    from fusebench.impls import get_impl
+    from fusebench.measure.paired import append_csv, format_row, measure
+    from fusebench.util import plain
+
+    for path in plugin or []:
+        load_plugin(path)
+    c = get_case(case)
+    names = [n.strip() for n in impl.split(",")]
+    if len(names) != 2 or not all(names):
+        fail(f"--impl takes two implementations, A,B; got {impl!r}")
+    for name in names:
+        get_impl(name)
+    parsed = [c.normalize_shape(parse_shape(s.strip())) for s in shapes.split(",")]
+    dtype_name = DTYPE_NAMES[parse_dtype(dtype)] if dtype else DTYPE_NAMES[c.default_dtype]
+    if rounds < 2:
+        fail(f"--rounds must be at least 2, got {rounds}")
+    if not threshold > 0:
+        fail(f"--threshold must be positive, got {threshold:g}")
+    device = device or best_device()
+    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
+        fail(f"device {device!r} is not available here: cpu" + (" or cuda" if torch.cuda.is_available() else ""))
+    if csv and not os.path.isdir(os.path.dirname(os.path.abspath(csv))):
+        fail(f"directory {os.path.dirname(os.path.abspath(csv))} does not exist (--csv)")
+    rows = []
+    for shape in parsed:
+        row = measure(c.name, shape, names, dtype_name, device, rounds, threshold)
+        rows.append(row)
+        out.print(plain(format_row(row)), markup=False, highlight=False, soft_wrap=True)
+    if csv:
+        append_csv(rows, csv)
+    untimed = [shape_str(s) for s, r in zip(parsed, rows) if "speedup" not in r]
+    if untimed:
+        err.print(f"not timed: {', '.join(untimed)}", highlight=False, markup=False)
+        raise typer.Exit(1)
+
+
+@app.command("standing")
+@bad_input_is_exit_2
+def standing_cmd(
+    stores: List[str] = typer.Argument(..., metavar="STORE...", help="Results databases (their `ceilings` "
+                                       "tables give each GPU's copy ceiling)."),
+    ceiling: Optional[float] = typer.Option(None, help="Copy ceiling of every GPU, GB/s (default: the stored one)."),
+    min_input_mib: float = typer.Option(64.0, help="Only shapes whose fp32 input exceeds this many MiB."),
+    target: float = typer.Option(0.9, help="Fraction of the ceiling (or of the same-size copy) to reach."),
+    every: bool = typer.Option(False, "--all", help="List every shape, not only those below the target."),
+    versus: bool = typer.Option(False, "--versus", help="Geometric means against Inductor and eager instead."),
+):
+    """The memory-bound cases' large shapes against the copy ceiling (or, --versus, against
+    Inductor and eager), from the latest fp32 cells of the given stores."""
+    from fusebench.report.standing import (VERSUS_QUERY, copy_ceilings, load, standing, standing_lines,
+                                           versus as versus_table)
+    from fusebench.util import plain
+
+    if ceiling is not None and not ceiling > 0:
+        fail(f"--ceiling must be positive, got {ceiling:g}")
+    if not target > 0:
+        fail(f"--target must be positive, got {target:g}")
+    if not min_input_mib >= 0:
+        fail(f"--min-input-mib must be at least 0, got {min_input_mib:g}")
+    if versus:
+        out.print(plain(versus_table(load(stores, VERSUS_QUERY))), markup=False, highlight=False, soft_wrap=True)
+        return
+    cells = load(stores)
+    ceilings = ({name: ceiling for name in cells.device_name.unique()} if ceiling else copy_ceilings(stores))
+    lines = standing_lines(standing(cells, ceilings, min_input_mib), ceilings, target, every)
+    if not lines:
+        lines = [f"no ok fp32 triton cell of a memory-bound case above {min_input_mib:g} MiB in these stores"]
+    for line in lines:
+        out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
+
 def main() -> None:
     try:
         app()

@@ -1,23 +1,26 @@
-"""bench/paired.py and the interleaved timing under it (measure.timing.time_interleaved)."""
+"""`fusebench paired` (fusebench.measure.paired) and the interleaved timing under it
+(measure.timing.time_interleaved)."""
 import csv
-import importlib.util
 import os
-import pathlib
 import time
 
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from fusebench.cli import app
+from fusebench.measure import paired
 from fusebench.measure.timing import TimingSettings, time_interleaved
 
 gpu = pytest.mark.gpu
 # tests/conftest.py sets TRITON_INTERPRET=1 when there is no GPU
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("paired", ROOT / "bench" / "paired.py")
-paired = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paired)
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["paired", *args])
 
 
 def test_interleaved_order_reverses_every_round():
@@ -45,23 +48,61 @@ def test_speedup_interval_and_verdict():
 
 @pytest.mark.parametrize("argv, message", [(["nosuch", "8x8"], "unknown case"),
                                            (["softmax", "8y8"], "malformed shape"),
-                                           (["softmax", "8x8", "--impls", "triton"], "two implementations"),
-                                           (["softmax", "8x8", "--impls", "triton,nosuch"], "unknown implementation")])
-def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
-    assert paired.main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err
+                                           (["softmax", "8x8", "--impl", "triton"], "two implementations"),
+                                           (["softmax", "8x8", "--impl", "triton,nosuch"], "unknown implementation"),
+                                           (["softmax", "8x8", "--dtype", "fp8"], "unknown dtype"),
+                                           (["softmax", "8x8", "--rounds", "1"], "--rounds must be at least 2"),
+                                           (["softmax", "8x8", "--device", "tpu"], "not available here"),
+                                           (["softmax", "8x8", "--csv", "/nonexistent/dir/p.csv"], "does not exist")])
+def test_bad_input_is_one_line_and_exit_2(argv, message):
+    r = invoke(*argv)
+    assert r.exit_code == 2, r.output
+    err = r.output.strip()
+    assert message in err and err.startswith("fusebench: error:") and "\n" not in err
 
 
-def test_runs_end_to_end_and_appends_csv(tmp_path, capsys):
+def test_runs_end_to_end_and_appends_csv(tmp_path):
     out = tmp_path / "p.csv"
     for _ in range(2):
-        assert paired.main(["softmax", "16x40", "--impls", "eager,memcpy", "--rounds", "4", "--device", "cpu",
-                            "--csv", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "memcpy" in text and "us" in text
+        r = invoke("softmax", "16x40", "--impl", "eager,memcpy", "--rounds", "4", "--device", "cpu", "--csv", str(out))
+        assert r.exit_code == 0, r.output
+        assert "memcpy" in r.output and " us " in r.output and "x [" in r.output
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("case,shape") and len(lines) == 3
+    assert lines[0] == ",".join(paired.CSV_FIELDS) and len(lines) == 3
+    row = next(csv.DictReader(out.open()))
+    assert float(row["lo"]) <= float(row["speedup"]) <= float(row["hi"])
+    assert row["verdict"] in ("below", "not below", "undecided")
+
+
+def test_a_wrong_implementation_is_reported_not_timed_and_exits_1(tmp_path):
+    plugin = tmp_path / "wrong_case.py"
+    plugin.write_text(
+        "import fusebench\n"
+        "@fusebench.case(inputs=lambda shape, dtype, device, seed: (fusebench.randn(shape, dtype, device, seed),),\n"
+        "                shapes=[(8, 8)], reference=lambda x: x * 3)\n"
+        "def paired_wrong_case(x):\n"
+        "    return x * 2\n")
+    from fusebench.cases.base import _REGISTRY
+
+    try:
+        r = invoke("paired_wrong_case", "8x8", "--impl", "eager,eager", "--rounds", "2", "--device", "cpu",
+                   "--plugin", str(plugin))
+    finally:
+        _REGISTRY.pop("paired_wrong_case", None)
+    assert r.exit_code == 1, r.output
+    assert "eager wrong:" in r.output and "x the tolerance" in r.output and "not timed: 8x8" in r.output
+
+
+def test_records_the_plan_our_kernel_chose(tmp_path):
+    # the triton implementation's note after its first call (the autotuned plan on a GPU; here the
+    # interpreter's heuristic choice) goes with the timings, so that runs can be told apart
+    out = tmp_path / "p.csv"
+    r = invoke("pointwise_chain", "16x40", "--impl", "triton,eager", "--rounds", "2", "--device", DEVICE,
+               "--csv", str(out))
+    assert r.exit_code == 0, r.output
+    row = next(csv.DictReader(out.open()))
+    assert row["a_plan"].startswith("tiles ") and "warps" in row["a_plan"]
+    assert f"triton: {row['a_plan']}" in r.output
 
 
 @gpu
@@ -73,13 +114,3 @@ def test_gpu_paired_timing_finds_a_call_twice_as_long():
     assert 1.6 < lo <= speedup <= hi < 2.4
     same = paired.speedup_interval(*time_interleaved([once, once], "cuda", TimingSettings(), rounds=40))
     assert 0.95 < same[1] <= same[2] < 1.05
-
-
-def test_records_the_plan_our_kernel_chose(tmp_path):
-    # the triton implementation's note after its first call (the autotuned plan on a GPU; here the
-    # interpreter's heuristic choice) goes with the timings, so that runs can be told apart
-    out = tmp_path / "p.csv"
-    assert paired.main(["pointwise_chain", "16x40", "--impls", "triton,eager", "--rounds", "2", "--device", DEVICE,
-                        "--csv", str(out)]) == 0
-    row = next(csv.DictReader(out.open()))
-    assert row["a_plan"].startswith("tiles ") and "warps" in row["a_plan"]
