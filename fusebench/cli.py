@@ -184,6 +184,7 @@ def run(
     def on_plan(run_id: int, n: int):
         err.print(f"run {run_id}: {n} cells{' to resume' if resume else ''}", highlight=False)
         state["task"] = progress.add_task("starting", total=n, counts="")
+        progress.start()  # only now: a request refused before this prints its one line alone
 
     def on_cell(cell, row):
         if row is None:
@@ -197,11 +198,14 @@ def run(
     # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with progress:
+        try:
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
                                resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
                                retry_failed=retry_failed)
+        finally:
+            if state["task"] is not None:
+                progress.stop()
     except KeyboardInterrupt:
         err.print("interrupted: finished cells are stored; complete the run with "
                   "`fusebench run --resume RUN_ID`", highlight=False)
