@@ -6,18 +6,20 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Callable, Sequence
 
 import pandas as pd
 
-from fusebench.cases import load_plugin
+from fusebench.cases import PluginError, load_plugin, plugin_record
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner.plan import Cell, plan_cells
-from fusebench.runner.scheduler import RunOptions, Scheduler, visible_device
-from fusebench.store import Store, StoreError, default_db_path
+from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
+from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
+from fusebench.util import first_line
 
 
 def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
@@ -56,38 +58,68 @@ def run(
     metrics: str | Sequence[str] | None = "none",
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
+    retry_failed: bool = False,
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
     `isolate=True` runs each cell in a worker process (crash and hang containment, several GPUs);
     the default runs in this process, which also sees cases registered interactively.
+
+    `resume=N` measures the cells run N is missing, with its own selection and settings.  Its
+    plugins must be given again in `plugins` (the same files: path and content hash are checked
+    against what the run recorded); nothing the store names is imported.  `retry_failed` also
+    measures again its `crashed` and `timeout` cells.
     """
-    plugins = list(plugins)
-    for path in plugins:
-        load_plugin(path)
+    cell_timeout = _check_timeout(cell_timeout)
     gpu_list = _parse_gpus(gpus)
+    path = os.path.abspath(db or default_db_path())
+    check_writable(path)  # a store that cannot take the run is refused before anything runs
+    records = [plugin_record(p) for p in plugins]
+    seen = None
     if resume is None:  # validate the whole request before the store is touched
+        if retry_failed:
+            raise ValueError("--retry-failed applies to --resume")
+        for r in records:
+            load_plugin(r["path"], r["sha256"])
         device = _check_device(device or best_device())
         timing = timing or TimingSettings()
         metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
+        if not isinstance(shapes, str) or not any(s.strip() for s in shapes.split(",")):
+            raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
         todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
+        if not todo:
+            raise ValueError("the request selects no cells")
+        _check_sizes(todo)
         request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                       shapes=shapes, dtype=dtype, device=device, plugins=plugins, metrics=list(metric_names))
-    store = Store.open(db or default_db_path())
+                       shapes=shapes, dtype=dtype, device=device, plugins=records, metrics=list(metric_names))
+    else:
+        with Store.open(path, create=False) as ro:  # read-only until every check has passed
+            seen = ro.run_info(resume)
+            request = _stored_request(seen)
+            _check_plugins(resume, request.get("plugins") or [], records)
+            live = owner_alive(seen)
+            if live:
+                raise StoreError(f"{live}; not resuming")
+            for r in records:  # the user's own files, checked against the record
+                load_plugin(r["path"], r["sha256"])
+            todo, timing, metric_names = _resume_plan(ro, resume, timing, RETRIED if retry_failed else ())
+    store = Store.open(path)
     try:
         if resume is None:
             run_id = store.start_run(collect(device), request, timing.as_dict())
         else:
             run_id = resume
-            todo, timing, metric_names = _resume_plan(store, resume, timing, plugins)
+            store.claim_run(run_id, seen)
         if on_plan:
             on_plan(run_id, len(todo))
         opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=gpu_list,
-                          plugins=plugins, metrics=metric_names, db_path=store.path,
+                          plugins=[r["path"] for r in records], plugin_hashes={r["path"]: r["sha256"] for r in records},
+                          metrics=metric_names, db_path=store.path,
                           worker_log=store.path + ".log" if isolate else None)
         status = "interrupted"
         try:
-            Scheduler(store, run_id, opts, on_cell).run(todo)
+            with Heartbeat(store.path, run_id):
+                Scheduler(store, run_id, opts, on_cell).run(todo)
             status = "done"
         finally:
             store.finish_run(run_id, status)
@@ -96,6 +128,70 @@ def run(
         return df
     finally:
         store.close()
+
+
+def _check_timeout(seconds) -> float:
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"--cell-timeout {seconds!r}: must be a positive number of seconds")
+    return value
+
+
+INT64 = 2**63
+
+
+def _check_sizes(cells: list[Cell]) -> None:
+    """Every size the store holds for a cell (dimensions, minimum bytes, FLOPs) fits in 64 bits."""
+    import torch
+
+    from fusebench.cases import DTYPES, get_case, shape_str
+
+    for cell in cells:
+        case = get_case(cell.case)
+        values = list(cell.shape)
+        for dt in {DTYPES[cell.dtype], torch.float32}:  # on the CPU half precision runs as fp32
+            values += [case.min_bytes(tuple(cell.shape), dt), case.flops(tuple(cell.shape), dt)]
+        if any(v is not None and abs(int(v)) >= INT64 for v in values):
+            raise ValueError(f"shape {shape_str(cell.shape)} of {cell.case} is too large: its sizes, bytes and FLOPs "
+                             f"must fit in 64 bits")
+
+
+def _stored_request(info: dict) -> dict:
+    try:
+        request = json.loads(info["request"] or "{}")
+    except (TypeError, ValueError):
+        request = None
+    if not isinstance(request, dict) or not isinstance(request.get("plugins") or [], list):
+        raise StoreError(f"run {info['id']}'s stored request is unreadable; it cannot be resumed")
+    return request
+
+
+def _check_plugins(run_id: int, recorded: list, given: list[dict]) -> None:
+    """The plugins given to a resume must be exactly the ones run `run_id` recorded: the same
+    absolute paths with the same content (sha256).  A record without a hash (a run stored before
+    hashes were recorded) is matched by its absolute path alone."""
+    given_by_path = {g["path"]: g["sha256"] for g in given}
+    wanted: dict[str, str | None] = {}
+    for entry in recorded:
+        if isinstance(entry, str):
+            wanted[os.path.abspath(entry)] = None
+        elif isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            wanted[entry["path"]] = entry.get("sha256") if isinstance(entry.get("sha256"), str) else None
+        else:
+            raise StoreError(f"run {run_id}'s stored plugin list is unreadable; it cannot be resumed")
+    for path, sha in wanted.items():
+        if path not in given_by_path:
+            raise ValueError(f"run {run_id} was measured with plugin {path}; give it with --plugin to resume "
+                             f"(the store's plugins are never imported on its say-so)")
+        if sha is not None and given_by_path[path] != sha:
+            raise PluginError(f"plugin {path} is not the file run {run_id} was measured with (sha256 "
+                              f"{given_by_path[path][:12]}, recorded {sha[:12]}); not resuming")
+    extra = [p for p in given_by_path if p not in wanted]
+    if extra:
+        raise ValueError(f"plugin {extra[0]} is not one run {run_id} was measured with; not resuming")
 
 
 def _check_device(device: str) -> str:
@@ -109,35 +205,32 @@ def _check_device(device: str) -> str:
     return device
 
 
-def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, plugins: list[str]):
-    """The cells a stored run is missing, with the run's own timing settings and metrics.
-    Loads the run's plugin files (appending them to `plugins`, for the workers)."""
+def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, redo: tuple[str, ...] = ()):
+    """The cells a stored run is missing (and those whose status is in `redo`), with the run's own
+    timing settings and metrics.  Writes nothing; the run's cases must be registered (built-in,
+    or from the plugins the caller checked and loaded)."""
     info = store.run_info(run_id)
-    request = json.loads(info["request"] or "{}")
-    for path in request.get("plugins", []):
-        if path not in plugins:
-            load_plugin(path)
-            plugins.append(path)
-    cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
-                       request.get("dtype"), request["device"])
-    done = store.done_keys(run_id)
-    with store.con:
-        store.con.execute("UPDATE runs SET status='running', finished=NULL WHERE id=?", (run_id,))
-    # A run stored before flush_mode existed flushed with ordinary stores, one stored before
-    # warm_call_max_bytes had no warm call, one before warm_call_discards kept the warm call's
-    # outputs in L2: resume each the same way.
-    timing = timing or TimingSettings(**{"flush_mode": "zero", "warm_call_max_bytes": 0, "warm_call_discards": False,
-                                         **json.loads(info["timing"] or "{}")})
-    return [c for c in cells if c.key() not in done], timing, tuple(request.get("metrics") or ())
+    request = _stored_request(info)
+    try:
+        cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
+                           request.get("dtype"), request["device"])
+        stored_timing = json.loads(info["timing"] or "{}")
+        # A run stored before flush_mode existed flushed with ordinary stores, one stored before
+        # warm_call_max_bytes had no warm call, one before warm_call_discards kept the warm call's
+        # outputs in L2: resume each the same way.
+        timing = timing or TimingSettings(**{"flush_mode": "zero", "warm_call_max_bytes": 0,
+                                             "warm_call_discards": False, **stored_timing})
+        metrics = tuple(str(m) for m in request.get("metrics") or ())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"run {run_id}'s stored request cannot be resumed: {first_line(exc)}") from None
+    done = store.done_keys(run_id, redo)
+    return [c for c in cells if c.key() not in done], timing, metrics
 
 
 def results(run_id: int | None = None, db: str | None = None) -> pd.DataFrame:
     """The rows of one run (default: the latest) as a DataFrame."""
-    store = Store.open(db or default_db_path(), create=False)
-    try:
+    with Store.open(db or default_db_path(), create=False) as store:  # read-only
         return store.cells(run_id)
-    finally:
-        store.close()
 
 
 __all__ = ["run", "results", "StoreError"]

@@ -12,7 +12,10 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from fusebench.util import plain
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and test suite for GPU kernel fusion.")
@@ -24,8 +27,16 @@ EXIT_BAD_INPUT = 2
 
 
 def fail(message: str) -> None:
-    err.print(f"fusebench: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    """One line on stderr, printed as text (no markup, control characters replaced), exit 2."""
+    line = " ".join(part.strip() for part in plain(message).splitlines() if part.strip())
+    err.print(f"fusebench: error: {line}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def text(value) -> str:
+    """Text from a store or an exception, for a markup string or a Table cell: control characters
+    replaced, markup escaped."""
+    return escape(plain("" if value is None else value))
 
 
 def bad_input_is_exit_2(fn):
@@ -33,13 +44,18 @@ def bad_input_is_exit_2(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import sqlite3
+
         from fusebench.cases import UnknownName
         from fusebench.store import StoreError
 
         try:
             return fn(*args, **kwargs)
-        except (UnknownName, StoreError, FileNotFoundError, ValueError, KeyError) as exc:
+        except (UnknownName, StoreError, FileNotFoundError, PermissionError, IsADirectoryError, ValueError,
+                KeyError, OverflowError) as exc:
             fail(str(exc).strip("'\""))
+        except sqlite3.DatabaseError as exc:  # damage found only while reading
+            fail(f"the results database cannot be read: {exc}")
 
     return wrapper
 
@@ -116,9 +132,18 @@ def run(
     dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: each case's own)."),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
     db: Optional[str] = typer.Option(None, help="Results database (default ./fusebench.db or $FUSEBENCH_DB)."),
-    plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases."),
+    plugin: Optional[List[str]] = typer.Option(None, help="Python file registering extra cases.  With --resume: "
+                                               "the run's own plugin files again (path and content are checked "
+                                               "against what the run recorded; a store's plugins are never "
+                                               "imported on its say-so)."),
     strict: bool = typer.Option(False, help="Exit 1 if any cell is mismatch, error, crashed or timeout."),
-    resume: Optional[int] = typer.Option(None, help="Run ID to complete: measure only its missing cells."),
+    resume: Optional[int] = typer.Option(None, help="Run ID to complete: measure only its missing cells.  A run "
+                                         "still being measured (its process alive here, or a recent heartbeat) "
+                                         "is refused."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: also measure again the cells "
+                                      "that crashed or timed out (the process or machine failed them).  error, "
+                                      "mismatch and oom are the code's own results and stay; measure those in a "
+                                      "new run."),
     gpus: Optional[str] = typer.Option(None, help="all | 0,1,...: one worker per GPU."),
     cell_timeout: float = typer.Option(900.0, help="Seconds before a cell is declared hung and killed."),
     isolate: bool = typer.Option(True, help="Run cells in worker processes (crash and hang containment)."),
@@ -126,10 +151,9 @@ def run(
                                                 "kernels,graph,memory,flops,roofline,compile,ncu"),
     ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters (DRAM bytes, instructions)."),
     flush: str = typer.Option("clean", help="L2 flush before each timed call: clean | evict_last | zero "
-                                            "(evict_last: as sessions 6-9 stored; zero: as do_bench)."),
+                                            "(evict_last: leaves dirty lines for the timed call; zero: as do_bench)."),
     warm_call: bool = typer.Option(True, help="After each flush, run the call once on a second input set "
-                                              "(calls up to 1 GiB of traffic; --no-warm-call: as runs "
-                                              "before session 12)."),
+                                              "(calls up to 1 GiB of traffic; --no-warm-call: none)."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -141,10 +165,12 @@ def run(
     from fusebench.metrics import parse_metrics
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
-    if resume is not None and (cases or impl or dtype or device or plugin or shapes != "quick" or flush != "clean"
+    if resume is not None and (cases or impl or dtype or device or shapes != "quick" or flush != "clean"
                                or not warm_call):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
-             "--device, --plugin, --flush or --no-warm-call with it")
+             "--device, --flush or --no-warm-call with it (only its --plugin files)")
+    if retry_failed and resume is None:
+        fail("--retry-failed applies to --resume RUN_ID")
     from fusebench.measure.timing import FLUSH_MODES, TimingSettings
 
     if flush not in FLUSH_MODES:
@@ -159,22 +185,28 @@ def run(
     def on_plan(run_id: int, n: int):
         err.print(f"run {run_id}: {n} cells{' to resume' if resume else ''}", highlight=False)
         state["task"] = progress.add_task("starting", total=n, counts="")
+        progress.start()  # only now: a request refused before this prints its one line alone
 
     def on_cell(cell, row):
         if row is None:
-            progress.update(state["task"], description=f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}")
+            progress.update(state["task"],
+                            description=text(f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}"))
             return
         state["counts"][row["status"]] = state["counts"].get(row["status"], 0) + 1
-        counts = " ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items()))
+        counts = text(" ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items())))
         progress.update(state["task"], advance=1, counts=counts)
 
     # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with progress:
+        try:
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
-                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing)
+                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
+                               retry_failed=retry_failed)
+        finally:
+            if state["task"] is not None:
+                progress.stop()
     except KeyboardInterrupt:
         err.print("interrupted: finished cells are stored; complete the run with "
                   "`fusebench run --resume RUN_ID`", highlight=False)
@@ -183,8 +215,8 @@ def run(
 
     print_summary(df, out)
     if isolate:
-        err.print(f"workers' output (compiler warnings, profiler messages): {df.attrs.get('db', '')}.log",
-                  highlight=False)
+        err.print(f"workers' output (compiler warnings, profiler messages): {plain(df.attrs.get('db', ''))}.log",
+                  highlight=False, markup=False)
     bad = df[df.status.isin(["mismatch", "error", "crashed", "timeout"])]
     if strict and len(bad):
         err.print(f"--strict: {len(bad)} cell(s) failed", highlight=False)
@@ -230,12 +262,9 @@ def report(
 
     pairs = [parse_pair(p) for p in _split(pair)] if pair else None
     runs = parse_run_ids(run_id) if run_id else None
-    store = Store.open(db or default_db_path(), create=False)
-    try:
+    with Store.open(db or default_db_path(), create=False) as store:  # read-only
         path = render_report(store, runs, output, pairs=pairs)
-    finally:
-        store.close()
-    out.print(f"wrote {path}", highlight=False)
+    out.print(f"wrote {plain(path)}", highlight=False, markup=False)
 
 
 @app.command()
@@ -261,16 +290,17 @@ def compare(
         if store_b is not store_a:
             store_b.close()
     geo = f"{result.geomean_speedup:.3f}×" if result.geomean_speedup else "n/a"
-    out.print(f"wrote {result.out_path}: {result.matched} cells timed in both runs, geomean speedup of run "
+    out.print(f"wrote {plain(result.out_path)}: {result.matched} cells timed in both runs, geomean speedup of run "
               f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}%; "
-              f"{len(result.new_failures)} cell(s) newly failing", highlight=False)
+              f"{len(result.new_failures)} cell(s) newly failing", highlight=False, markup=False)
     # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
     if fail_above is not None and (result.max_regression_pct > fail_above or len(result.new_failures)):
         for r in result.regressed(fail_above).head(5).itertuples():
-            err.print(f"  regressed {r.regression_pct:.1f}%: {r.case_name} {r.impl} {r.shape} {r.dtype}",
-                      highlight=False)
+            err.print(plain(f"  regressed {r.regression_pct:.1f}%: {r.case_name} {r.impl} {r.shape} {r.dtype}"),
+                      highlight=False, markup=False)
         for r in result.new_failures.head(5).itertuples():
-            err.print(f"  newly failing: {r.case_name} {r.impl} {r.shape} {r.dtype}", highlight=False)
+            err.print(plain(f"  newly failing: {r.case_name} {r.impl} {r.shape} {r.dtype}"), highlight=False,
+                      markup=False)
         err.print(f"--fail-above {fail_above:g}: {len(result.regressed(fail_above))} cell(s) regressed, "
                   f"{len(result.new_failures)} newly failing", highlight=False)
         raise typer.Exit(1)
@@ -322,7 +352,7 @@ def ceilings(
 
     name, measured = run_ceilings(db or default_db_path(), device or best_device())
     for line in format_ceilings(name, measured):
-        out.print(line, highlight=False)
+        out.print(plain(line), highlight=False, markup=False)
 
 
 @app.command()
@@ -331,14 +361,13 @@ def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
     """List the runs in the store."""
     from fusebench.store import Store, default_db_path
 
-    store = Store.open(db or default_db_path(), create=False)
-    df = store.runs()
-    store.close()
+    with Store.open(db or default_db_path(), create=False) as store:  # read-only
+        df = store.runs()
     t = Table()
     for col in df.columns:
-        t.add_column(str(col))
+        t.add_column(text(col))
     for _, r in df.iterrows():
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*[text(v) for v in r])
     out.print(t)
 
 
@@ -349,18 +378,22 @@ def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="St
     """Copy every run of other stores into one (new run ids), e.g. runs made by separate processes."""
     from fusebench.store import Store, default_db_path
 
-    # check every source before anything is written
-    opened = [Store.open(src, create=False) for src in sources]
-    store = Store.open(db or default_db_path())
+    # check every source (opened read-only) and the destination before anything is written
+    opened = []
     try:
-        for src in opened:
-            mapping = store.merge_from(src)
-            moved = ", ".join(f"{old} -> {new}" for old, new in mapping.items()) or "no runs"
-            out.print(f"{src.path}: runs {moved}", highlight=False)
+        for src in sources:
+            opened.append(Store.open(src, create=False))
+        store = Store.open(db or default_db_path())
+        try:
+            for src in opened:
+                mapping = store.merge_from(src)
+                moved = ", ".join(f"{old} -> {new}" for old, new in mapping.items()) or "no runs"
+                out.print(f"{plain(src.path)}: runs {moved}", highlight=False, markup=False)
+        finally:
+            store.close()
     finally:
         for src in opened:
             src.close()
-        store.close()
 
 
 

@@ -2,14 +2,22 @@
 
 Every finished cell is committed at once, so an interrupted run loses at most the cell in flight.
 Each metric is its own column (NULL where not measured; `na` holds the reasons).  Units are in
-the column names.  Opening a file that is not a fusebench store is refused before anything is
-written to it.
+the column names.  Opening a file that is not a fusebench store (or a corrupt one, an empty one
+for reading, a read-only one for writing) is refused before anything is written to it.
+
+The file stays in SQLite's rollback-journal mode: every commit lands in the file itself, so a copy
+taken after a kill -9 holds every finished cell, and readers open it read-only without creating
+-wal/-shm files beside it.  A store left in WAL mode by an older writer is converted (checkpointed)
+when a writer opens it.
 """
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
+import stat
+import threading
 import time
 from dataclasses import dataclass
 
@@ -43,8 +51,18 @@ RUN_COLUMNS = {
     "clocks": "TEXT",  # JSON: SM/memory clocks read at the start
     "peers": "TEXT",  # JSON: {peer library: installed version or null}
     "timing": "TEXT",  # JSON: timing settings
-    "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, ...)
+    "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, plugins with sha256, ...)
+    # The process measuring the run, and when it last said so (unix seconds): --resume refuses a
+    # run whose owner is alive on this host or whose heartbeat is recent.
+    "owner_pid": "INTEGER",
+    "owner_host": "TEXT",
+    "heartbeat": "REAL",
 }
+
+# A running run's owner refreshes its heartbeat this often (seconds) ...
+HEARTBEAT_S = 10.0
+# ... and a heartbeat older than this, from another host, means its owner is gone.
+STALE_S = 120.0
 
 # Cell columns: identity, outcome, then metrics.  Later metric families add columns here; an
 # older store gains them on open.
@@ -128,33 +146,135 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
 
 
-def _check_file(path: str) -> None:
-    """Refuse, before any write, a file that is not an SQLite database or not fusebench's."""
+def _is_wal(path: str) -> bool:
+    """Whether the file's header says WAL mode (bytes 18-19 are 2 for WAL, 1 for rollback)."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+    return len(head) == 20 and head[18] == 2
+
+
+def _connect_ro(path: str) -> sqlite3.Connection:
+    """A read-only connection that creates no file beside the store.  A WAL-mode store (left by an
+    older writer) with no -wal file is opened immutable, since SQLite would otherwise create
+    -wal/-shm files to read it; with a -wal file present, its data is there and is read."""
+    from urllib.parse import quote
+
+    uri = f"file:{quote(path)}?mode=ro"
+    if _is_wal(path) and not os.path.exists(path + "-wal"):
+        uri += "&immutable=1"
+    return sqlite3.connect(uri, uri=True, timeout=30)
+
+
+def _check_file(path: str, *, reading: bool) -> None:
+    """Refuse, before any write, a file that is not a sound fusebench store.  An empty (0-byte)
+    regular file is refused for reading; a writer may initialise it, as it holds nothing."""
     if not os.path.exists(path):
         return
     if os.path.isdir(path):
         raise StoreError(f"{path} is a directory, not a results database")
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise StoreError(f"{path} is not a regular file, not a results database")
     if not os.access(path, os.R_OK):
         raise StoreError(f"cannot read results database {path}")
     size = os.path.getsize(path)
     if size == 0:
-        return  # an empty file: safe to initialise
+        if reading:
+            raise StoreError(f"{path} is empty (0 bytes): not a fusebench store")
+        return
     with open(path, "rb") as f:
         if f.read(16) != SQLITE_MAGIC:
             raise StoreError(f"{path} is not an SQLite database (not a fusebench store)")
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        meta = {}
-        if "fusebench_meta" in tables:
-            meta = dict(con.execute("SELECT key, value FROM fusebench_meta"))
-        con.close()
-    except sqlite3.DatabaseError as exc:
+        con = _connect_ro(path)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            meta = {}
+            if "fusebench_meta" in tables:
+                meta = dict(con.execute("SELECT key, value FROM fusebench_meta"))
+            check = con.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
         raise StoreError(f"{path} is unreadable as a database: {exc}") from None
+    if check is None or check[0] != "ok":
+        raise StoreError(f"{path} is corrupt ({check[0] if check else 'no integrity result'})")
     if tables and meta.get("schema") != "fusebench":
-        raise StoreError(f"{path} is an SQLite database of something else (no fusebench tables); refusing to write to it")
-    if int(meta.get("schema_version", 0) or 0) > SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer fusebench (schema {meta['schema_version']})")
+        raise StoreError(f"{path} is an SQLite database of something else (no fusebench tables); refusing to use it")
+    try:
+        version = int(meta.get("schema_version", 0) or 0)
+    except ValueError:
+        raise StoreError(f"{path} has an unreadable schema version") from None
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer fusebench (schema {version})")
+
+
+def check_writable(path: str) -> None:
+    """Refuse, before anything is measured or written, a store that cannot take a run: not a sound
+    store, read-only (permissions, an immutable file, a read-only mount), or in a directory that
+    is missing or read-only (SQLite writes its journal beside the file)."""
+    path = os.path.abspath(path)
+    _check_file(path, reading=False)
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise StoreError(f"directory {parent} does not exist")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise StoreError(f"{path} is read-only: cannot write results to it")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(f"directory {parent} is read-only: cannot write results to {os.path.basename(path)}")
+
+
+def owner_alive(info: dict) -> str | None:
+    """Why the run `info` (a runs row) is still being measured by another process, or None."""
+    if info.get("status") != "running":
+        return None
+    pid, host, beat = info.get("owner_pid"), info.get("owner_host"), info.get("heartbeat")
+    if pid and host == socket.gethostname():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return None
+        except (PermissionError, OverflowError, ValueError):
+            pass  # another user's process, alive
+        return f"run {info['id']} is still being measured by process {pid} on this host"
+    if beat is not None:
+        try:
+            age = time.time() - float(beat)
+        except (TypeError, ValueError):
+            return None
+        if age < STALE_S:
+            return (f"run {info['id']} is still being measured on {host} (heartbeat {max(age, 0):.0f} s ago; "
+                    f"a run is taken for abandoned {STALE_S:.0f} s after its last heartbeat)")
+    return None
+
+
+class Heartbeat:
+    """Refreshes a run's heartbeat every HEARTBEAT_S seconds from a thread, on its own connection,
+    while the run is measured (a long cell completes no row for minutes)."""
+
+    def __init__(self, path: str, run_id: int, every: float = HEARTBEAT_S):
+        self.path, self.run_id, self.every = path, run_id, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fusebench-heartbeat", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self) -> None:
+        con = sqlite3.connect(self.path, timeout=30)
+        try:
+            while not self._stop.wait(self.every):
+                try:
+                    with con:
+                        con.execute("UPDATE runs SET heartbeat=? WHERE id=?", (time.time(), self.run_id))
+                except sqlite3.Error:
+                    pass  # busy or gone: the next beat tries again
+        finally:
+            con.close()
 
 
 @dataclass
@@ -163,27 +283,58 @@ class Store:
     con: sqlite3.Connection
 
     # -- opening ---------------------------------------------------------------------------------
+    readonly: bool = False
+
     @classmethod
-    def open(cls, path: str, *, create: bool = True) -> "Store":
+    def open(cls, path: str, *, create: bool = True, readonly: bool | None = None) -> "Store":
+        """Open (and with `create`, initialise) the store at `path`.  Without `create` the store
+        must exist and is opened read-only unless `readonly=False` is passed: read-only opens
+        write nothing and create no -wal/-shm files."""
         path = os.path.abspath(path)
-        _check_file(path)
+        readonly = (not create) if readonly is None else readonly
         if not os.path.exists(path) and not create:
             raise StoreError(f"no results database at {path}")
-        parent = os.path.dirname(path)
-        if create and not os.path.isdir(parent):
-            raise StoreError(f"directory {parent} does not exist")
+        if readonly:
+            _check_file(path, reading=True)
+            try:
+                con = _connect_ro(path)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open results database {path}: {exc}") from None
+            return cls(path, con, readonly=True)
+        check_writable(path)
         try:
             con = sqlite3.connect(path, timeout=30)
-            con.execute("PRAGMA journal_mode=WAL")
+            try:  # rollback journal: see the module docstring; another open connection may keep WAL
+                con.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.OperationalError:
+                pass
             con.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise StoreError(f"cannot open results database {path}: {exc}") from None
         store = cls(path, con)
         if create:
-            store._init_schema()
+            try:
+                store._init_schema()
+            except sqlite3.Error as exc:
+                con.close()
+                raise StoreError(f"cannot write to results database {path}: {exc}") from None
         return store
 
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _init_schema(self) -> None:
+        """Create what is missing, and only that: a store already up to date is not written to."""
+        tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        meta = dict(self.con.execute("SELECT key, value FROM fusebench_meta")) if "fusebench_meta" in tables else {}
+        have = {t: {r[1] for r in self.con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "cells")}
+        indexes = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        if (meta.get("schema") == "fusebench" and meta.get("schema_version") == str(SCHEMA_VERSION)
+                and set(RUN_COLUMNS) <= have["runs"] and set(CELL_COLUMNS) <= have["cells"] and "cells_key" in indexes):
+            return
         with self.con:
             self.con.execute("CREATE TABLE IF NOT EXISTS fusebench_meta (key TEXT PRIMARY KEY, value TEXT)")
             self.con.execute("INSERT OR IGNORE INTO fusebench_meta VALUES ('schema', 'fusebench')")
@@ -198,12 +349,22 @@ class Store:
                         self.con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql.split(' REFERENCES')[0]}")
 
     def close(self) -> None:
+        """Close, leaving a writer's file checkpointed in rollback-journal mode where no other
+        connection holds it (then nothing is left only in a -wal file)."""
+        if not self.readonly:
+            try:
+                if self.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                    self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self.con.execute("PRAGMA journal_mode=DELETE")
+            except sqlite3.Error:
+                pass  # another connection still holds it; the last one to close checkpoints
         self.con.close()
 
     # -- runs ------------------------------------------------------------------------------------
     def start_run(self, env: dict, request: dict, timing: dict) -> int:
         row = {k: v for k, v in env.items() if k in RUN_COLUMNS}
-        row.update(started=now(), status="running", request=json.dumps(request), timing=json.dumps(timing))
+        row.update(started=now(), status="running", request=json.dumps(request), timing=json.dumps(timing),
+                   owner_pid=os.getpid(), owner_host=socket.gethostname(), heartbeat=time.time())
         if isinstance(row.get("clocks"), dict):
             row["clocks"] = json.dumps(row["clocks"])
         with self.con:
@@ -214,6 +375,19 @@ class Store:
     def finish_run(self, run_id: int, status: str = "done") -> None:
         with self.con:
             self.con.execute("UPDATE runs SET finished=?, status=? WHERE id=?", (now(), status, run_id))
+
+    def claim_run(self, run_id: int, seen: dict) -> None:
+        """Make this process the owner of run `run_id` (to resume it), provided its owner is still
+        the one in `seen` (its runs row as read when checking it was not live): two resumes of one
+        run cannot both win."""
+        with self.con:
+            cur = self.con.execute(
+                "UPDATE runs SET status='running', finished=NULL, owner_pid=?, owner_host=?, heartbeat=? "
+                "WHERE id=? AND owner_pid IS ? AND owner_host IS ? AND heartbeat IS ?",
+                (os.getpid(), socket.gethostname(), time.time(), run_id, seen.get("owner_pid"),
+                 seen.get("owner_host"), seen.get("heartbeat")))
+        if cur.rowcount != 1:
+            raise StoreError(f"run {run_id} was taken by another process while checking it; not resuming")
 
     def run_info(self, run_id: int) -> dict:
         cur = self.con.execute("SELECT * FROM runs WHERE id=?", (run_id,))
@@ -236,20 +410,29 @@ class Store:
 
     # -- cells -----------------------------------------------------------------------------------
     def add_cell(self, run_id: int, cell: dict) -> None:
-        """Insert (or replace, on re-measurement) one cell and commit at once."""
+        """Insert (or replace, on re-measurement) one cell, refresh the run's heartbeat, and
+        commit at once.  A re-measured cell replaces the row of the same requested cell even
+        where the dtype it ran in differs (a crashed fp16 cell on the CPU, re-measured in fp32)."""
         row = {"run_id": run_id}
         for k, v in cell.items():
             if k not in CELL_COLUMNS:
                 raise KeyError(f"cell field {k!r} has no column in the store")
             row[k] = json.dumps(v) if isinstance(v, (dict, list)) else v
         with self.con:
+            if row.get("requested_dtype"):
+                self.con.execute(
+                    "DELETE FROM cells WHERE run_id=? AND case_name=? AND impl=? AND shape=? AND requested_dtype=?",
+                    (run_id, row["case_name"], row["impl"], row["shape"], row["requested_dtype"]))
             self.con.execute(
                 f"INSERT OR REPLACE INTO cells ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                 list(row.values()))
+            self.con.execute("UPDATE runs SET heartbeat=? WHERE id=?", (time.time(), run_id))
 
-    def done_keys(self, run_id: int) -> set[tuple]:
-        return set(self.con.execute(
-            "SELECT case_name, impl, shape, requested_dtype FROM cells WHERE run_id=?", (run_id,)).fetchall())
+    def done_keys(self, run_id: int, redo: tuple[str, ...] = ()) -> set[tuple]:
+        """The cells of `run_id` already stored, less those whose status is in `redo`."""
+        rows = self.con.execute(
+            "SELECT case_name, impl, shape, requested_dtype, status FROM cells WHERE run_id=?", (run_id,)).fetchall()
+        return {r[:4] for r in rows if r[4] not in redo}
 
     def cells(self, run_id: int | None = None) -> pd.DataFrame:
         if run_id is None:

@@ -3,10 +3,24 @@ from __future__ import annotations
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from fusebench.util import plain
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed": "bold red",
                 "timeout": "red", "oom": "yellow", "skipped": "dim", "unsupported": "dim"}
+
+
+def _t(value) -> str:
+    """Text from a store, for a markup string or a Table: control characters replaced, markup escaped."""
+    return escape(plain(value))
+
+
+def _status(status) -> str:
+    """A status, styled when it is one fusebench writes (a store can hold anything)."""
+    style = STATUS_STYLE.get(status)
+    return f"[{style}]{_t(status)}[/]" if style else _t(status)
 
 
 def _fmt_time(us: float) -> str:
@@ -20,7 +34,7 @@ def _fmt_time(us: float) -> str:
 def cell_text(row, base_time: float | None) -> str:
     status = row.status
     if status != "ok":
-        return f"[{STATUS_STYLE.get(status, '')}]{status}[/]"
+        return _status(status)
     if pd.isna(row.time_us):
         return "[green]ok[/] (no timing)"
     text = _fmt_time(row.time_us)
@@ -38,7 +52,7 @@ def accuracy_text(rows: pd.DataFrame) -> str:
         return ""
     worst = checked.loc[checked.tol_ratio.idxmax()]
     failed = (rows.status == "mismatch").sum()
-    text = f"worst {worst.tol_ratio:.2g}×tol ({worst.impl})"
+    text = f"worst {worst.tol_ratio:.2g}×tol ({_t(worst.impl)})"
     return f"[bold red]{failed} mismatch[/], {text}" if failed else text
 
 
@@ -48,23 +62,23 @@ def print_summary(df: pd.DataFrame, console: Console) -> None:
         return
     impls = list(dict.fromkeys(df.impl))
     for case_name, cdf in df.groupby("case_name", sort=False):
-        t = Table(title=f"{case_name}", title_justify="left", caption_justify="left")
+        t = Table(title=_t(case_name), title_justify="left", caption_justify="left")
         t.add_column("shape")
         t.add_column("dtype")
         # Columns for the implementations that apply to this case; the rest are listed below.
         case_impls = [i for i in impls if (cdf[cdf.impl == i].status != "unsupported").any()]
         for i in case_impls:
-            t.add_column(i, justify="right")
+            t.add_column(_t(i), justify="right")
         t.add_column("accuracy", justify="right")
         for (shape, dtype), sdf in cdf.groupby(["shape", "dtype"], sort=False):
             by_impl = {r.impl: r for r in sdf.itertuples()}
             eager = by_impl.get("eager")
             base = eager.time_us if eager is not None and eager.status == "ok" and not pd.isna(eager.time_us) else None
-            t.add_row(shape, dtype, *[cell_text(by_impl[i], base) if i in by_impl else "" for i in case_impls],
+            t.add_row(_t(shape), _t(dtype), *[cell_text(by_impl[i], base) if i in by_impl else "" for i in case_impls],
                       accuracy_text(sdf))
         console.print(t)
     counts = df.status.value_counts()
-    console.print("cells: " + ", ".join(f"[{STATUS_STYLE.get(k, '')}]{k}[/] {v}" for k, v in counts.items()))
+    console.print("cells: " + ", ".join(f"{_status(k)} {v}" for k, v in counts.items()))
     console.print("time: median per call (CUDA events, L2 flushed) on the GPU, host time on the CPU; "
                   "× = speedup over eager")
     problems = df[~df.status.isin(["ok"])]
@@ -72,8 +86,8 @@ def print_summary(df: pd.DataFrame, console: Console) -> None:
         console.print("not measured, and why:")
         grouped = problems.groupby(["status", "reason"], dropna=False, sort=False)
         for (status, reason), g in grouped:
-            where = ", ".join(sorted(set(g.impl)))
+            where = _t(", ".join(sorted(set(g.impl))))
             cases = sorted(set(g.case_name))
-            scope = ", ".join(cases) if len(cases) <= 3 else f"{len(cases)} cases"
-            console.print(f"  [{STATUS_STYLE.get(status, '')}]{status}[/] {where} ({scope}; {len(g)} cells): "
-                          f"{reason}", highlight=False)
+            scope = _t(", ".join(cases)) if len(cases) <= 3 else f"{len(cases)} cases"
+            console.print(f"  {_status(status)} {where} ({scope}; {len(g)} cells): "
+                          f"{_t(reason)}", highlight=False)

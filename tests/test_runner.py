@@ -222,11 +222,12 @@ def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, db, sig):
         time.sleep(0.2)
     proc.send_signal(sig)
     proc.wait(60)
+    assert not os.path.exists(db + "-wal")  # every finished cell is in the file itself: a copy holds them all
     done = cells(db)
     assert 4 <= len(done) < 12
     status = sqlite3.connect(db).execute("SELECT status FROM runs WHERE id=1").fetchone()[0]
     assert status == ("interrupted" if sig == signal.SIGTERM else "running")
-    r = run_cli("run", "--resume", "1", "--db", db, timeout=240, env=env("bbb2222"))
+    r = run_cli("run", "--resume", "1", "--db", db, "--plugin", str(plugin), timeout=240, env=env("bbb2222"))
     assert r.returncode == 0, r.stderr
     rows = cells(db)
     shapes = sorted(s for _, _, s, _, _ in rows)
@@ -282,24 +283,24 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted():
 
 
 def test_timing_settings_record_the_flush():
-    # Runs store their timing settings; the flush mode tells clean flushes (session 10 on) from
-    # evict_last ones (sessions 6-9: dirty lines left for the timed call to write back) and from
-    # the plain zeroing of earlier runs, which left evict_last lines in L2.
+    # Runs store their timing settings; the flush mode tells clean flushes from evict_last ones
+    # (dirty lines left for the timed call to write back) and from plain zeroing, which leaves
+    # evict_last lines in L2.
     assert TimingSettings().as_dict()["flush_mode"] == "clean"
     assert TimingSettings(flush_mode="zero").as_dict()["flush_mode"] == "zero"
 
 
 def test_timing_settings_record_the_warm_call():
-    # Runs from session 12 on run the call on a second input set after each flush; runs stored
-    # before that resume without it (api._resume_plan), and --no-warm-call stores 0.
+    # Runs run the call on a second input set after each flush; runs stored without the setting
+    # resume without it (api._resume_plan), and --no-warm-call stores 0.
     assert TimingSettings().as_dict()["warm_call_max_bytes"] == 1 << 30
-    # From session 21 on the warm call's outputs are dropped from L2 after it (measure.timing)
+    # The warm call's outputs are dropped from L2 after it (measure.timing)
     assert TimingSettings().as_dict()["warm_call_discards"] is True
 
 
 def test_warm_call_discards_its_outputs_but_not_its_inputs(monkeypatch):
     # The warm call's outputs go to l2flush.discard_outputs, with the second input set kept (an
-    # output that is one of them is not dropped); discard=False (runs before session 21) skips it.
+    # output that is one of them is not dropped); discard=False (runs stored without it) skips it.
     from fusebench.measure import l2flush
     from fusebench.measure.timing import warm_call
 
@@ -358,7 +359,7 @@ def test_resuming_a_run_stored_before_the_warm_call_keeps_its_timing(db):
         store.con.execute("UPDATE runs SET timing=? WHERE id=1", (json.dumps(old),))
     _, timing, _ = _resume_plan(store, 1, None, [])
     assert timing.warm_call_max_bytes == 0 and not timing.warm_call_discards
-    # one stored with a warm call before session 21 kept its outputs in L2, and resumes so
+    # one stored with a warm call but no warm_call_discards kept its outputs in L2, and resumes so
     old["warm_call_max_bytes"] = 1 << 30
     with store.con:
         store.con.execute("UPDATE runs SET timing=? WHERE id=1", (json.dumps(old),))

@@ -1,3 +1,4 @@
+import os
 import sqlite3
 
 import pytest
@@ -71,3 +72,49 @@ def test_merge_copies_runs_under_new_ids(tmp_path):
     assert list(dst.cells(1).time_us) == [1.0, 1.0]  # what was there is untouched
     with pytest.raises(StoreError, match="into itself"):
         dst.merge_from(Store.open(str(tmp_path / "a.db")))
+
+
+def _sha(path):
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_opening_writes_nothing_unless_something_is_written(tmp_path):
+    path = str(tmp_path / "a.db")
+    _store_with_run(path, 1.0).close()
+    before = _sha(path)
+    Store.open(path).close()  # a writer's open of an up-to-date store
+    with Store.open(path, create=False) as ro:  # read-only
+        assert ro.readonly and len(ro.cells(1)) == 2
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.con.execute("DELETE FROM cells")
+    assert _sha(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["a.db"]
+
+
+def test_empty_corrupt_and_read_only_stores_are_refused(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(StoreError, match="empty"):
+        Store.open(str(empty), create=False)
+    Store.open(str(empty)).close()  # a writer may initialise it: it holds nothing
+    good = str(tmp_path / "good.db")
+    _store_with_run(good, 1.0).close()
+    data = bytearray(open(good, "rb").read())
+    data[4096 + 8:] = b"\xff" * (len(data) - 4096 - 8)
+    (tmp_path / "corrupt.db").write_bytes(bytes(data))
+    for create in (True, False):
+        with pytest.raises(StoreError, match="corrupt|unreadable"):
+            Store.open(str(tmp_path / "corrupt.db"), create=create)
+
+
+def test_a_cell_measured_again_replaces_its_row_whatever_dtype_it_ran_in(db):
+    s = Store.open(db)
+    run = s.start_run({"device": "cpu"}, {}, {})
+    key = dict(case_name="softmax", impl="eager", shape="4x4", requested_dtype="fp16", device="cpu")
+    s.add_cell(run, dict(key, dtype="fp16", status="crashed"))
+    s.add_cell(run, dict(key, dtype="fp32", status="ok"))  # on the CPU fp16 runs as fp32
+    assert list(s.cells(run).status) == ["ok"]
+    assert s.done_keys(run) == {("softmax", "eager", "4x4", "fp16")}
+    s.add_cell(run, dict(key, dtype="fp32", status="timeout"))
+    assert s.done_keys(run, redo=("crashed", "timeout")) == set()

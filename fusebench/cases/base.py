@@ -239,22 +239,63 @@ def case(
     return wrap
 
 
-def load_plugin(path: str) -> list[str]:
-    """Import a user's Python file; returns the names of the cases it registered."""
-    import importlib.util
+class PluginError(ValueError):
+    """A plugin file that cannot be used: it fails to import, or it is not the file recorded."""
+
+
+def plugin_record(path: str) -> dict:
+    """{"path": absolute path, "sha256": of its content}: how a run records a plugin, so that a
+    resume can check that the file given to it is the one measured."""
+    import hashlib
     import os
 
+    path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"plugin file not found: {path}")
+    with open(path, "rb") as f:
+        return {"path": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+
+def load_plugin(path: str, sha256: str | None = None) -> list[str]:
+    """Import a user's Python file; returns the names of the cases it registered.
+
+    With `sha256`, the content read must have that hash (the bytes checked are the bytes run).
+    Any failure while importing it is a PluginError naming the file and the line."""
+    import hashlib
+    import os
+    import sys
+    import types
+
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"plugin file not found: {path}")
+    with open(path, "rb") as f:
+        source = f.read()
+    if sha256 is not None and hashlib.sha256(source).hexdigest() != sha256:
+        raise PluginError(f"plugin {path} has changed since it was recorded (sha256 "
+                          f"{hashlib.sha256(source).hexdigest()[:12]}, recorded {sha256[:12]})")
     before = set(_REGISTRY)
     _load_builtin()
-    mod_name = f"fusebench_plugin_{abs(hash(os.path.abspath(path)))}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    mod_name = f"fusebench_plugin_{hashlib.sha256(path.encode()).hexdigest()[:16]}"
+    module = types.ModuleType(mod_name)
+    module.__file__ = path
+    sys.modules[mod_name] = module  # dataclasses and pickling look a module up by name
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(mod_name, None)
+        tb, line = exc.__traceback__, getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+        while tb is not None:  # the deepest line of the plugin itself
+            if tb.tb_frame.f_code.co_filename == path:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        where = f" (line {line})" if line else ""
+        from fusebench.util import first_line
+
+        raise PluginError(f"plugin {path} failed to import{where}: {first_line(exc)}") from None
     added = [n for n in _REGISTRY if n not in before or _REGISTRY[n].plugin == mod_name]
     for n in added:
-        _REGISTRY[n].plugin = os.path.abspath(path)
+        _REGISTRY[n].plugin = path
     return added
 
 

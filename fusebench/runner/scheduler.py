@@ -2,10 +2,18 @@
 
 With isolation (the CLI's default) every cell runs in a worker process, one per GPU.  A worker
 that dies (segfault, illegal memory access, abort) or overruns the per-cell time limit is
-replaced, its cell recorded as `crashed` or `timeout`, and the sweep goes on.  Out-of-memory is
-caught inside the worker (status `oom`), which frees memory and carries on.  Each finished cell is
-committed to the store at once; Ctrl-C or SIGTERM stops cleanly, and `--resume` measures only
-the cells a run is missing.
+killed with its whole process group (anything it started goes too), its cell recorded as
+`crashed` or `timeout`, and the sweep goes on on a fresh worker.  Out-of-memory is caught inside
+the worker (status `oom`); the worker is then replaced, as one whose memory has grown past a
+limit is, so that memory it leaked cannot fail the next cell.  Each finished cell is committed to
+the store at once; Ctrl-C or SIGTERM stops cleanly, and `--resume` measures only the cells a run
+is missing.
+
+A worker's start-up (importing the plugins) is contained the same way: a worker that fails or
+hangs while starting costs the cell it would have run (`crashed` / `timeout`, with the reason);
+after START_FAILURES such failures in a row, the cells left are recorded as not attempted instead
+of starting workers forever.  Workers die with this process: the kernel signals them when it
+exits (PR_SET_PDEATHSIG), and a watchdog thread in each checks its parent.
 
 Workers talk to the parent over one pipe each (not a shared queue), so a killed worker can only
 break its own channel.  Cells are handed out one at a time, keeping the cells of one case on one
@@ -13,9 +21,12 @@ worker in order, so that Inductor's caches and Triton's autotuning are reused.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import signal
+import sys
+import threading
 import time
 import warnings
 from collections import Counter, deque
@@ -28,11 +39,28 @@ from fusebench.env import git_commit
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
+from fusebench.util import first_line
 
 FAILED = ("mismatch", "error", "crashed", "timeout")
+# What --retry-failed measures again: outcomes of the process and the machine (a worker killed, a
+# hang, a neighbour's fault), not of the code; error, mismatch and oom are the code's own results.
+RETRIED = ("crashed", "timeout")
 # Errors after which a process's CUDA context stays broken: every later cell would fail too.
 STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecified launch failure",
                       "misaligned address", "illegal instruction")
+# Consecutive failed start-ups of a worker after which the cells left are given up.
+START_FAILURES = 3
+# Seconds a fresh worker may take to come up (Python, torch) before plugins are imported; the
+# plugins' import then has --cell-timeout, like a cell.
+BOOT_S = 120.0
+
+
+def default_rss_limit() -> int | None:
+    """Half of this machine's memory: a worker above it after a cell is replaced."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclass
@@ -42,10 +70,13 @@ class RunOptions:
     cell_timeout: float = 900.0  # seconds; compiling with max-autotune can take minutes
     gpus: list[int] | None = None  # None: one worker on the default device
     plugins: list[str] = field(default_factory=list)
+    plugin_hashes: dict[str, str] = field(default_factory=dict)  # path -> sha256 the worker checks
     seeds: tuple[int, ...] = (0, 1, 2)
     metrics: tuple[str, ...] = ()  # metric families beyond time and accuracy (fusebench/metrics/)
     db_path: str | None = None
     worker_log: str | None = None  # workers' stdout and stderr go here, not over the progress bar
+    # bytes of resident memory after which a worker is replaced (None: half of the machine's memory)
+    worker_rss_limit: int | None = field(default_factory=default_rss_limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,8 +86,7 @@ class RunOptions:
 def visible_device(gpu: int, inherited: str | None) -> str:
     """The CUDA_VISIBLE_DEVICES entry for worker GPU `gpu`: an index among the GPUs this process
     sees, so under an inherited CUDA_VISIBLE_DEVICES=2,3 (a scheduler's allocation) GPU 0 is "2",
-    not the machine's first GPU (before session 8 it was: `CUDA_VISIBLE_DEVICES=3 fusebench run
-    --gpus 0` measured on GPU 0, alongside whatever else ran there)."""
+    not the machine's first GPU, where something else may be running."""
     entries = [e.strip() for e in inherited.split(",")] if inherited and inherited.strip() else None
     if entries is None:
         return str(gpu)
@@ -65,7 +95,46 @@ def visible_device(gpu: int, inherited: str | None) -> str:
     return entries[gpu]
 
 
-def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
+def _rss_bytes() -> int | None:
+    """This process's resident memory (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_own_group(*_):
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make this worker (and its process group: anything a cell started) die with the parent.
+
+    On Linux the kernel sends SIGTERM when the parent exits; its handler kills the group.  A
+    watchdog thread covers the rest (other systems, a main thread stuck in a system call): it
+    kills the group when the parent pid changes."""
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        _kill_own_group()
+
+    threading.Thread(target=watch, name="fusebench-watchdog", daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the above was in place
+        _kill_own_group()
+
+
+def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid: int) -> None:
+    os.setsid()  # its own process group, killed whole on timeout, crash or replacement
+    _die_with_parent(parent_pid)
+    conn.send(("alive", os.getpid()))
     if gpu is not None:  # before CUDA is initialised
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -75,18 +144,25 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions) -> None:
         os.dup2(log, 2)
     # Compiler advice (e.g. "online softmax disabled") would scroll the progress bar away.
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
-    from fusebench.cases import load_plugin
-    from fusebench.runner.cell import measure_cell
+    try:
+        from fusebench.cases import load_plugin
+        from fusebench.runner.cell import measure_cell
 
-    for path in opts.plugins:
-        load_plugin(path)
+        for path in opts.plugins:
+            load_plugin(path, opts.plugin_hashes.get(path))
+    except (Exception, SystemExit) as exc:
+        conn.send(("failed", first_line(exc)))
+        return
     conn.send(("ready", None))
     while True:
-        msg = conn.recv()
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
         if msg is None:
             return
         row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)
-        conn.send(("done", row))
+        conn.send(("done", (row, _rss_bytes())))
         if row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS):
             os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
 
@@ -99,7 +175,24 @@ class _Worker:
     group: deque = field(default_factory=deque)  # cells of the case this worker is on
     cell: Cell | None = None
     since: float = 0.0
+    spawned: float = 0.0
+    alive_at: float | None = None  # when it reported in (before importing plugins)
     ready: bool = False
+    failures: int = 0  # failed start-ups in a row on this worker's slot
+
+
+def _kill(w: _Worker, grace: float = 0.0) -> None:
+    """Stop a worker and everything in its process group; reap it."""
+    if grace:
+        w.proc.join(grace)
+    try:
+        os.killpg(w.proc.pid, signal.SIGKILL)  # its group id is its pid (setsid)
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass
+    if w.proc.is_alive():  # before setsid the group is not its own yet
+        w.proc.kill()
+    w.proc.join(5)
+    w.conn.close()
 
 
 class Scheduler:
@@ -140,20 +233,22 @@ class Scheduler:
             self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
                                             self.opts.db_path))
 
-    def _spawn(self, gpu: int | None) -> _Worker:
+    def _spawn(self, gpu: int | None, failures: int = 0) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts), daemon=True)
+        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts, os.getpid()), daemon=True)
         proc.start()
         child.close()
-        return _Worker(gpu, proc, parent)
+        return _Worker(gpu, proc, parent, spawned=time.time(), failures=failures)
 
-    def _replace(self, workers: list[_Worker], w: _Worker) -> _Worker:
-        if w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(5)
-        w.conn.close()
-        fresh = self._spawn(w.gpu)
+    def _replace(self, workers: list[_Worker], w: _Worker, grace: float = 0.0) -> _Worker:
+        if grace:
+            try:
+                w.conn.send(None)  # idle: let it exit on its own first
+            except (OSError, ValueError):
+                grace = 0.0
+        _kill(w, grace)
+        fresh = self._spawn(w.gpu, w.failures)
         fresh.group = w.group
         workers[workers.index(w)] = fresh
         return fresh
@@ -165,8 +260,10 @@ class Scheduler:
             if not groups or (groups[-1][0].case, groups[-1][0].dtype) != (cell.case, cell.dtype):
                 groups.append(deque())
             groups[-1].append(cell)
+        if not groups:
+            return
         gpus = self.opts.gpus if self.opts.gpus else [None]
-        workers = [self._spawn(g) for g in gpus]
+        workers = [self._spawn(g) for g in gpus[:len(groups)] or gpus[:1]]
         try:
             while True:
                 for w in workers:
@@ -174,7 +271,9 @@ class Scheduler:
                         self._dispatch(w, groups)
                 if not groups and all(not w.group and w.cell is None for w in workers):
                     break  # nothing queued, nothing in flight
-                self._wait(workers)
+                if not workers:  # every worker slot gave up starting
+                    break
+                self._wait(workers, groups)
         finally:
             for w in workers:
                 try:
@@ -183,9 +282,7 @@ class Scheduler:
                     pass
             deadline = time.time() + 5
             for w in workers:
-                w.proc.join(max(0.0, deadline - time.time()))
-                if w.proc.is_alive():
-                    w.proc.kill()
+                _kill(w, max(0.0, deadline - time.time()))
 
     def _dispatch(self, w: _Worker, groups: deque) -> None:
         if not w.group and groups:
@@ -197,21 +294,33 @@ class Scheduler:
         self.on_cell(cell, None)
         w.conn.send(cell.as_dict())
 
-    def _wait(self, workers: list[_Worker]) -> None:
+    def _wait(self, workers: list[_Worker], groups: deque) -> None:
         timeout = self.opts.cell_timeout
         ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
         for w in list(workers):
+            if w not in workers:
+                continue
             if w.conn in ready:
                 try:
                     kind, payload = w.conn.recv()
                 except (EOFError, OSError):
                     kind, payload = "dead", None
+                if kind == "alive":
+                    w.alive_at = time.time()
+                    continue
                 if kind == "ready":
-                    w.ready = True
+                    w.ready, w.failures = True, 0
+                    continue
+                if kind == "failed":
+                    self._start_failed(workers, w, groups, "crashed", f"worker start-up failed: {payload}")
                     continue
                 if kind == "done":
-                    cell, w.cell = w.cell, None
-                    self._record(cell, payload)
+                    (row, rss), cell = payload, w.cell
+                    w.cell = None
+                    self._record(cell, row)
+                    limit = self.opts.worker_rss_limit
+                    if row["status"] == "oom" or (limit and rss and rss > limit):
+                        self._replace(workers, w, grace=2.0)  # whatever it leaked goes with it
                     continue
             if not w.proc.is_alive():
                 code = w.proc.exitcode
@@ -220,12 +329,47 @@ class Scheduler:
                     cell, elapsed = w.cell, time.time() - w.since
                     self._record(cell, self._lost_row(cell, "crashed", f"worker process died ({how})", elapsed))
                     w.cell = None
+                    self._replace(workers, w)
                 elif not w.ready:
-                    raise RuntimeError(f"worker process failed to start ({how})")
-                self._replace(workers, w)
+                    self._start_failed(workers, w, groups, "crashed", f"worker died during start-up ({how})")
+                else:
+                    self._replace(workers, w)
             elif w.cell is not None and time.time() - w.since > timeout:
                 cell = w.cell
                 self._record(cell, self._lost_row(cell, "timeout", f"no result within {timeout:g} s; worker killed",
                                                   time.time() - w.since))
                 w.cell = None
                 self._replace(workers, w)
+            elif not w.ready and w.alive_at is not None and time.time() - w.alive_at > timeout:
+                self._start_failed(workers, w, groups, "timeout",
+                                   f"worker start-up (importing plugins) took more than {timeout:g} s; worker killed")
+            elif not w.ready and w.alive_at is None and time.time() - w.spawned > max(timeout, BOOT_S):
+                self._start_failed(workers, w, groups, "timeout",
+                                   f"worker did not start within {max(timeout, BOOT_S):g} s; worker killed")
+
+    def _start_failed(self, workers: list[_Worker], w: _Worker, groups: deque, status: str, reason: str) -> None:
+        """A worker that could not start: charge the cell it would have run, then start a fresh one,
+        or, after START_FAILURES in a row, retire its slot (others take its cells; with none left,
+        the cells left are recorded as not attempted)."""
+        started = w.alive_at or w.spawned
+        if not w.group and groups:
+            w.group = groups.popleft()
+        if w.group:
+            cell = w.group.popleft()
+            self.on_cell(cell, None)
+            self._record(cell, self._lost_row(cell, status, reason, time.time() - started))
+        w.failures += 1
+        if w.failures < START_FAILURES and (w.group or groups):
+            self._replace(workers, w)
+            return
+        _kill(w)
+        workers.remove(w)
+        if w.group:
+            groups.appendleft(w.group)
+        if workers:
+            return
+        why = f"not attempted: workers failed to start {w.failures} times in a row (last: {reason})"
+        while groups:
+            for cell in groups.popleft():
+                self.on_cell(cell, None)
+                self._record(cell, self._lost_row(cell, "crashed", why, 0.0))

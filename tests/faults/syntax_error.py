@@ -1,0 +1,5 @@
+"""A plugin that does not parse."""
+import fusebench
+
+def broken(:
+    pass
