@@ -56,27 +56,42 @@ def run(
     metrics: str | Sequence[str] | None = "none",
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
+    ray: str | None = None,
+    ray_gpu_kind: str | None = None,
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
     `isolate=True` runs each cell in a worker process (crash and hang containment, several GPUs);
     the default runs in this process, which also sees cases registered interactively.
+    `ray="local"` (a Ray instance started here), `"auto"` or a cluster address runs the cells on
+    Ray actors, one per GPU (of kind `ray_gpu_kind` if given) or per CPU slot
+    (fusebench.runner.ray_backend).
     """
     plugins = list(plugins)
     for path in plugins:
         load_plugin(path)
     gpu_list = _parse_gpus(gpus)
+    cluster = None
+    if ray is not None and resume is None:  # before the store is touched
+        cluster = _ray_connect(ray, ray_gpu_kind, device)
+        device = cluster.device
     if resume is None:  # validate the whole request before the store is touched
-        device = _check_device(device or best_device())
+        device = device if cluster else _check_device(device or best_device())
         timing = timing or TimingSettings()
         metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
         todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
         request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
                        shapes=shapes, dtype=dtype, device=device, plugins=plugins, metrics=list(metric_names))
-    store = Store.open(db or default_db_path())
     try:
+        store = Store.open(db or default_db_path())
+    except BaseException:
+        _ray_disconnect(cluster)
+        raise
+    try:
+        if ray is not None and resume is not None:
+            cluster = _ray_connect(ray, ray_gpu_kind, json.loads(store.run_info(resume)["request"] or "{}").get("device"))
         if resume is None:
-            run_id = store.start_run(collect(device), request, timing.as_dict())
+            run_id = store.start_run(_ray_env(device) if cluster else collect(device), request, timing.as_dict())
         else:
             run_id = resume
             todo, timing, metric_names = _resume_plan(store, resume, timing, plugins)
@@ -87,7 +102,12 @@ def run(
                           worker_log=store.path + ".log" if isolate else None)
         status = "interrupted"
         try:
-            Scheduler(store, run_id, opts, on_cell).run(todo)
+            if cluster:
+                from fusebench.runner.ray_backend import RayScheduler
+
+                RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
+            else:
+                Scheduler(store, run_id, opts, on_cell).run(todo)
             status = "done"
         finally:
             store.finish_run(run_id, status)
@@ -96,6 +116,28 @@ def run(
         return df
     finally:
         store.close()
+        _ray_disconnect(cluster)
+
+
+def _ray_connect(address: str, gpu_kind: str | None, device: str | None):
+    from fusebench.runner import ray_backend
+
+    if not ray_backend.ray_available():
+        raise ValueError(ray_backend.RAY_MISSING)
+    return ray_backend.connect(ray_backend.RayOptions(address, gpu_kind), device)
+
+
+def _ray_disconnect(cluster) -> None:
+    if cluster is not None:
+        from fusebench.runner.ray_backend import disconnect
+
+        disconnect(cluster)
+
+
+def _ray_env(device: str) -> dict:
+    from fusebench.runner.ray_backend import run_env
+
+    return run_env(device)
 
 
 def _check_device(device: str) -> str:
