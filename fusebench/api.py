@@ -15,6 +15,7 @@ from fusebench.cases import load_plugin
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
+from fusebench.runner import ray_backend
 from fusebench.runner.plan import Cell, plan_cells
 from fusebench.runner.scheduler import RunOptions, Scheduler, visible_device
 from fusebench.store import Store, StoreError, default_db_path
@@ -73,7 +74,7 @@ def run(
     gpu_list = _parse_gpus(gpus)
     cluster = None
     if ray is not None and resume is None:  # before the store is touched
-        cluster = _ray_connect(ray, ray_gpu_kind, device)
+        cluster = ray_backend.open_cluster(ray, ray_gpu_kind, device, gpus)
         device = cluster.device
     if resume is None:  # validate the whole request before the store is touched
         device = device if cluster else _check_device(device or best_device())
@@ -85,13 +86,14 @@ def run(
     try:
         store = Store.open(db or default_db_path())
     except BaseException:
-        _ray_disconnect(cluster)
+        ray_backend.disconnect(cluster)
         raise
     try:
         if ray is not None and resume is not None:
-            cluster = _ray_connect(ray, ray_gpu_kind, json.loads(store.run_info(resume)["request"] or "{}").get("device"))
+            resumed_device = json.loads(store.run_info(resume)["request"] or "{}").get("device")
+            cluster = ray_backend.open_cluster(ray, ray_gpu_kind, resumed_device, gpus)
         if resume is None:
-            run_id = store.start_run(_ray_env(device) if cluster else collect(device), request, timing.as_dict())
+            run_id = store.start_run(ray_backend.run_env(device) if cluster else collect(device), request, timing.as_dict())
         else:
             run_id = resume
             todo, timing, metric_names = _resume_plan(store, resume, timing, plugins)
@@ -103,9 +105,7 @@ def run(
         status = "interrupted"
         try:
             if cluster:
-                from fusebench.runner.ray_backend import RayScheduler
-
-                RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
+                ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
             else:
                 Scheduler(store, run_id, opts, on_cell).run(todo)
             status = "done"
@@ -116,28 +116,7 @@ def run(
         return df
     finally:
         store.close()
-        _ray_disconnect(cluster)
-
-
-def _ray_connect(address: str, gpu_kind: str | None, device: str | None):
-    from fusebench.runner import ray_backend
-
-    if not ray_backend.ray_available():
-        raise ValueError(ray_backend.RAY_MISSING)
-    return ray_backend.connect(ray_backend.RayOptions(address, gpu_kind), device)
-
-
-def _ray_disconnect(cluster) -> None:
-    if cluster is not None:
-        from fusebench.runner.ray_backend import disconnect
-
-        disconnect(cluster)
-
-
-def _ray_env(device: str) -> dict:
-    from fusebench.runner.ray_backend import run_env
-
-    return run_env(device)
+        ray_backend.disconnect(cluster)
 
 
 def _check_device(device: str) -> str:

@@ -35,6 +35,9 @@ RAY_MISSING = '--ray needs Ray: pip install "fusebench[ray]"'
 LOCAL = "local"  # --ray without an address: start a Ray instance on this machine
 # Environment variables a driver passes on to its actors (their meaning must not differ by host).
 PASSED_ENV = ("TRITON_INTERPRET", "FUSEBENCH_COMMIT")
+# How long to wait for Ray's verdict on an actor that stopped answering: a node that leaves is
+# declared dead only once its health checks have failed (about 15 s with Ray's defaults).
+VERDICT_S = 60.0
 
 # Which host measured each cell.  NULL for cells measured by local workers.
 add_cell_columns({
@@ -70,6 +73,15 @@ class Cluster:
 
 # ---------------------------------------------------------------------------------------------
 # Connecting.
+
+
+def open_cluster(address: str, gpu_kind: str | None, device: str | None, gpus=None) -> Cluster:
+    """fusebench.run's entry: check the request, then connect (ValueError: one line, nothing stored)."""
+    if not ray_available():
+        raise ValueError(RAY_MISSING)
+    if gpus:
+        raise ValueError("--gpus picks GPUs for local workers; with --ray, Ray gives each actor its own GPU")
+    return connect(RayOptions(address, gpu_kind), device)
 
 
 def connect(opts: RayOptions, device: str | None) -> Cluster:
@@ -132,10 +144,11 @@ def _cluster(opts: RayOptions, device: str | None, started_here: bool) -> Cluste
     return Cluster("cuda", int(gpus), opts.gpu_kind, started_here)
 
 
-def disconnect(cluster: Cluster) -> None:
-    import ray
+def disconnect(cluster: Cluster | None) -> None:
+    """Shut down the Ray instance that connect() started here, if any."""
+    if cluster is not None and cluster.started_here:
+        import ray
 
-    if cluster.started_here:
         ray.shutdown()
 
 
@@ -200,9 +213,10 @@ class CellActor:
                           driver=env.get("driver"), gpu_id=",".join(str(g) for g in gpu_ids) or None)
         self.node_id = ray.get_runtime_context().get_node_id()
 
-    def ready(self) -> str:
-        """The Ray node this actor runs on (its liveness tells node loss from a crashing cell)."""
-        return self.node_id
+    def ready(self) -> tuple[str, dict]:
+        """The Ray node this actor runs on (its liveness tells node loss from a crashing cell), and
+        the host, device and driver for the rows of cells that take the actor down with them."""
+        return self.node_id, self.where
 
     def measure(self, cell: dict) -> dict:
         from fusebench.runner.cell import measure_cell
@@ -223,6 +237,7 @@ class _Slot:
     actor: object
     ready_ref: object | None  # until the actor has started
     node_id: str | None = None
+    where: dict = field(default_factory=dict)  # hostname, device_name, driver, gpu_id
     group: deque = field(default_factory=deque)  # cells of the case this actor is on
     cell: Cell | None = None
     ref: object | None = None  # the cell in flight
@@ -310,7 +325,7 @@ class RayScheduler(Scheduler):
             s = owner[ref]
             if ref is s.ready_ref:
                 try:
-                    s.node_id = ray.get(ref)
+                    s.node_id, s.where = ray.get(ref)
                     s.ready_ref = None
                 except RayActorError as exc:
                     raise RuntimeError(f"Ray actor failed to start: {first_line(exc)}") from None
@@ -320,14 +335,15 @@ class RayScheduler(Scheduler):
             try:
                 row = ray.get(ref)
             except RayActorError as exc:
+                not_the_cell = self._lost_to_cluster(s, exc)
                 self._replace(slots, s, plugins)
-                if not self._node_alive(s.node_id) and cell.key() not in self.requeued:
+                if not_the_cell and cell.key() not in self.requeued:
                     self.requeued.add(cell.key())
                     s.group.appendleft(cell)  # the fresh actor (elsewhere) shares the slot's queue
                     continue
-                lost = ("its Ray node left the cluster (twice)" if cell.key() in self.requeued
+                lost = ("its Ray node left the cluster (twice)" if not_the_cell
                         else f"Ray actor died ({_death(exc)})")
-                self._record(cell, self._lost_row(cell, "crashed", lost, elapsed))
+                self._record(cell, {**self._lost_row(cell, "crashed", lost, elapsed), **s.where})
                 continue
             self._record(cell, row)
             if row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS):
@@ -336,8 +352,8 @@ class RayScheduler(Scheduler):
             if s.ref is not None and time.time() - s.since > timeout:
                 cell, elapsed = s.cell, time.time() - s.since
                 s.cell = s.ref = None
-                self._record(cell, self._lost_row(cell, "timeout", f"no result within {timeout:g} s; Ray actor killed",
-                                                  elapsed))
+                why = f"no result within {timeout:g} s; Ray actor killed"
+                self._record(cell, {**self._lost_row(cell, "timeout", why, elapsed), **s.where})
                 self._replace(slots, s, plugins)
 
     def _replace(self, slots: list[_Slot], s: _Slot, plugins) -> None:
@@ -349,6 +365,32 @@ class RayScheduler(Scheduler):
         fresh.group = s.group
         slots[slots.index(s)] = fresh
 
+    def _lost_to_cluster(self, s: _Slot, exc: BaseException) -> bool:
+        """Whether the actor was lost with its node or its connection, not killed by its cell.
+
+        A cell that kills its process comes back as ActorDiedError while its node lives on.  A node
+        that leaves comes back first as ActorUnavailableError ("may or may not have been
+        executed"), while the node still counts as alive: wait for the node to be declared dead,
+        or for the actor to be found dead (then its node decides) or answering again (then only
+        the connection was lost)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+        deadline = time.time() + VERDICT_S
+        while True:
+            if not self._node_alive(s.node_id):
+                return True
+            if not isinstance(exc, ActorUnavailableError) or time.time() > deadline:
+                return False
+            try:
+                ray.get(s.actor.ready.remote(), timeout=2)
+                return True
+            except GetTimeoutError:
+                pass
+            except RayActorError as again:
+                exc = again
+                time.sleep(0.5)
+
     @staticmethod
     def _node_alive(node_id: str | None) -> bool:
         import ray
@@ -357,11 +399,10 @@ class RayScheduler(Scheduler):
 
 
 def _death(exc: BaseException) -> str:
-    """The part of Ray's actor-death message that says why, on one line."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    why = [ln for ln in lines[1:] if not ln.startswith(("class_name:", "actor_id:", "pid:", "name:", "namespace:",
-                                                         "ip:"))]
-    return " ".join(why or lines[:1])[:300]
+    """Why Ray says the actor died, in a line: its "exit detail" up to the list of common causes."""
+    text = " ".join(str(exc).split())
+    detail = text.partition("Worker exit detail:")[2].partition(" Some common causes")[0].strip()
+    return (detail or text)[:200]
 
 
-__all__ = ["RayOptions", "RayScheduler", "Cluster", "connect", "disconnect", "ray_available", "run_env", "RAY_MISSING"]
+__all__ = ["RayOptions", "RayScheduler", "Cluster", "open_cluster", "connect", "disconnect", "ray_available", "run_env", "RAY_MISSING"]
