@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -252,6 +253,7 @@ class RayScheduler(Scheduler):
         self.cluster = cluster
         self.requeued: set[tuple] = set()  # cells already queued again once after a node loss
         self._remote = None  # CellActor as a Ray actor class
+        self.start_failures = 0
 
     def _new_actor(self, plugins) -> _Slot:
         import ray
@@ -279,7 +281,10 @@ class RayScheduler(Scheduler):
             groups[-1].append(cell)
         plugins = plugin_payload(self.opts.plugins)
         slots = [self._new_actor(plugins) for _ in range(min(self.cluster.actors, max(len(groups), 1)))]
-        idle_since = time.time()
+        # Actors wait for free resources; a cluster that keeps none free for this long (all its
+        # nodes gone, say) stops the run instead of hanging it.
+        patience = max(self.opts.cell_timeout, 60.0)
+        last_running = time.time()
         try:
             while True:
                 for s in slots:
@@ -288,10 +293,10 @@ class RayScheduler(Scheduler):
                 if not groups and all(not s.group and s.cell is None for s in slots):
                     break  # nothing queued, nothing in flight
                 if any(s.ready_ref is None for s in slots):
-                    idle_since = time.time()
-                elif time.time() - idle_since > max(self.opts.cell_timeout, 60):
-                    raise RuntimeError(f"no Ray actor started within {max(self.opts.cell_timeout, 60):g} s "
-                                       f"(cluster resources: {ray.available_resources()})")
+                    last_running = time.time()
+                elif time.time() - last_running > patience:
+                    raise RuntimeError(f"no Ray actor running for {patience:g} s "
+                                       f"(free in the cluster: {ray.available_resources()})")
                 self._wait(slots, plugins)
         finally:
             for s in slots:
@@ -317,10 +322,13 @@ class RayScheduler(Scheduler):
                 owner[s.ready_ref] = s
             if s.ref is not None:
                 owner[s.ref] = s
+        if not owner:
+            return
         timeout = self.opts.cell_timeout
         deadlines = [s.since + timeout - time.time() for s in slots if s.ref is not None]
-        wait_s = max(0.0, min([0.5, *deadlines]))
-        done, _ = ray.wait(list(owner), num_returns=len(owner), timeout=wait_s) if owner else ([], [])
+        done, rest = ray.wait(list(owner), num_returns=1, timeout=max(0.0, min([0.5, *deadlines])))
+        if done and rest:  # whatever else has finished too
+            done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         for ref in done:
             s = owner[ref]
             if ref is s.ready_ref:
@@ -328,7 +336,12 @@ class RayScheduler(Scheduler):
                     s.node_id, s.where = ray.get(ref)
                     s.ready_ref = None
                 except RayActorError as exc:
-                    raise RuntimeError(f"Ray actor failed to start: {first_line(exc)}") from None
+                    # A fault of its own (a plugin that fails to load) would fail every actor: stop.
+                    # One lost with its node, before it started, is started again elsewhere.
+                    self.start_failures += 1
+                    if getattr(exc, "actor_init_failed", False) or self.start_failures > 2 * len(slots) + 2:
+                        raise RuntimeError(f"Ray actor failed to start: {_last_line(exc)}") from None
+                    self._replace(slots, s, plugins)
                 continue
             cell, elapsed = s.cell, time.time() - s.since
             s.cell = s.ref = None
@@ -396,6 +409,12 @@ class RayScheduler(Scheduler):
         import ray
 
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of Ray's error text, without its colours: the error raised on the actor."""
+    lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
 
 
 def _death(exc: BaseException) -> str:
