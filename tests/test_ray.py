@@ -166,6 +166,21 @@ def test_a_request_the_cluster_cannot_serve_stores_nothing(cluster, tmp_path):
     assert not os.path.exists(db)
 
 
+@needs_ray
+def test_an_address_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
+    db = tmp_path / "never.db"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.time()
+    r = cli("run", "softmax", "--impl", "eager", "--device", "cpu", "--db", str(db), "--ray", f"127.0.0.1:{port}",
+            timeout=120)
+    assert r.returncode == 2 and time.time() - t0 < 60
+    line = r.stderr.strip()  # (the progress bar, stopped, leaves an empty line before it)
+    assert line.startswith(f"fusebench: error: --ray 127.0.0.1:{port}: cannot reach") and "\n" not in line
+    assert not db.exists()
+
+
 def test_without_ray_the_option_is_one_line_and_exit_2(tmp_path):
     """Ray made unimportable (a `ray` package that raises ImportError, first on the path)."""
     fake = tmp_path / "noray" / "ray"

@@ -103,6 +103,7 @@ def connect(opts: RayOptions, device: str | None) -> Cluster:
         else:  # an existing cluster, maybe of several hosts: send them this fusebench
             import fusebench
 
+            _check_reachable(opts.address)
             kwargs.update(address=opts.address,
                           runtime_env={"py_modules": [os.path.dirname(os.path.abspath(fusebench.__file__))]})
         try:
@@ -115,6 +116,19 @@ def connect(opts: RayOptions, device: str | None) -> Cluster:
         if started_here:
             ray.shutdown()
         raise
+
+
+def _check_reachable(address: str) -> None:
+    """A host:port address that does not answer fails here at once (Ray itself retries for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise ValueError(f"--ray {address}: cannot reach {host}:{port} ({exc.strerror or exc})") from None
 
 
 def _cluster(opts: RayOptions, device: str | None, started_here: bool) -> Cluster:
