@@ -95,7 +95,7 @@ def test_a_cell_whose_node_left_is_measured_again_once(cluster, db, monkeypatch)
     run_ray(["ray_dies"], db)
     status = {s: (st, why) for c, s, st, why, *_ in stored(db)}
     assert status == {"8x1": ("ok", None), "8x3": ("ok", None),
-                      "8x2": ("crashed", "its Ray node left the cluster (twice)")}
+                      "8x2": ("crashed", "lost twice with its Ray node (the node left or stopped answering)")}
 
 
 @needs_ray

@@ -9,8 +9,10 @@ The containment of the local scheduler holds here too:
 - a cell with no result within the per-cell time limit: the actor is killed, the cell is
   `timeout`, a fresh actor takes its place;
 - a cell that kills its actor (segfault, abort, os._exit): `crashed`, and a fresh actor;
-- a cell whose actor died because its node left the cluster was not the cell's fault: it is
-  queued again, once (a second loss is recorded as `crashed`).
+- a cell whose actor was lost with its node (the node left the cluster, or stopped answering)
+  was not the cell's fault: it is queued again, once (a second loss is recorded as `crashed`).
+  Ray reports such a loss first as an unreachable actor; the node is declared dead only when its
+  health checks fail, so the driver waits (up to VERDICT_S) for that verdict.
 Each finished cell is stored at once by the driver (this process), with the host, device and
 driver version of the actor that measured it, so one run may span hosts and GPU kinds.
 
@@ -368,7 +370,7 @@ class RayScheduler(Scheduler):
                     self.requeued.add(cell.key())
                     s.group.appendleft(cell)  # the fresh actor (elsewhere) shares the slot's queue
                     continue
-                lost = ("its Ray node left the cluster (twice)" if not_the_cell
+                lost = ("lost twice with its Ray node (the node left or stopped answering)" if not_the_cell
                         else f"Ray actor died ({_death(exc)})")
                 self._record(cell, {**self._lost_row(cell, "crashed", lost, elapsed), **s.where})
                 continue
