@@ -16,6 +16,7 @@ from fusebench.cases import PluginError, load_plugin, plugin_record
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
+from fusebench.runner import ray_backend
 from fusebench.runner.plan import Cell, plan_cells
 from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
@@ -59,6 +60,8 @@ def run(
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
     retry_failed: bool = False,
+    ray: str | None = None,
+    ray_gpu_kind: str | None = None,
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
@@ -69,44 +72,59 @@ def run(
     plugins must be given again in `plugins` (the same files: path and content hash are checked
     against what the run recorded); nothing the store names is imported.  `retry_failed` also
     measures again its `crashed` and `timeout` cells.
+
+    `ray="local"` (a Ray instance started here), `"auto"` or a cluster address runs the cells on
+    Ray actors, one per GPU (of kind `ray_gpu_kind` if given) or per CPU slot
+    (fusebench.runner.ray_backend).
     """
     cell_timeout = _check_timeout(cell_timeout)
     gpu_list = _parse_gpus(gpus)
     path = os.path.abspath(db or default_db_path())
     check_writable(path)  # a store that cannot take the run is refused before anything runs
     records = [plugin_record(p) for p in plugins]
-    seen = None
-    if resume is None:  # validate the whole request before the store is touched
-        if retry_failed:
-            raise ValueError("--retry-failed applies to --resume")
-        for r in records:
-            load_plugin(r["path"], r["sha256"])
-        device = _check_device(device or best_device())
-        timing = timing or TimingSettings()
-        metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
-        if not isinstance(shapes, str) or not any(s.strip() for s in shapes.split(",")):
-            raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
-        todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
-        if not todo:
-            raise ValueError("the request selects no cells")
-        _check_sizes(todo)
-        request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                       shapes=shapes, dtype=dtype, device=device, plugins=records, metrics=list(metric_names))
-    else:
-        with Store.open(path, create=False) as ro:  # read-only until every check has passed
-            seen = ro.run_info(resume)
-            request = _stored_request(seen)
-            _check_plugins(resume, request.get("plugins") or [], records)
-            live = owner_alive(seen)
-            if live:
-                raise StoreError(f"{live}; not resuming")
-            for r in records:  # the user's own files, checked against the record
+    seen, cluster = None, None
+    try:  # a Ray cluster connected while the request is checked is released on any refusal
+        if resume is None:  # validate the whole request before the store is touched
+            if retry_failed:
+                raise ValueError("--retry-failed applies to --resume")
+            for r in records:
                 load_plugin(r["path"], r["sha256"])
-            todo, timing, metric_names = _resume_plan(ro, resume, timing, RETRIED if retry_failed else ())
-    store = Store.open(path)
+            if ray is None:
+                device = _check_device(device or best_device())
+            else:  # connect before the store is touched: a cluster that cannot serve the run stores nothing
+                cluster = ray_backend.open_cluster(ray, ray_gpu_kind, device, gpus)
+                device = cluster.device
+            timing = timing or TimingSettings()
+            metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
+            if not isinstance(shapes, str) or not any(s.strip() for s in shapes.split(",")):
+                raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
+            todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
+            if not todo:
+                raise ValueError("the request selects no cells")
+            _check_sizes(todo)
+            request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
+                           shapes=shapes, dtype=dtype, device=device, plugins=records, metrics=list(metric_names))
+        else:
+            with Store.open(path, create=False) as ro:  # read-only until every check has passed
+                seen = ro.run_info(resume)
+                request = _stored_request(seen)
+                _check_plugins(resume, request.get("plugins") or [], records)
+                live = owner_alive(seen)
+                if live:
+                    raise StoreError(f"{live}; not resuming")
+                for r in records:  # the user's own files, checked against the record
+                    load_plugin(r["path"], r["sha256"])
+                todo, timing, metric_names = _resume_plan(ro, resume, timing, RETRIED if retry_failed else ())
+        if ray is not None and cluster is None:  # a resume: the run's own device
+            cluster = ray_backend.open_cluster(ray, ray_gpu_kind, request.get("device"), gpus)
+        store = Store.open(path)
+    except BaseException:
+        ray_backend.disconnect(cluster)
+        raise
     try:
         if resume is None:
-            run_id = store.start_run(collect(device), request, timing.as_dict())
+            run_id = store.start_run(ray_backend.run_env(device) if cluster else collect(device), request,
+                                     timing.as_dict())
         else:
             run_id = resume
             store.claim_run(run_id, seen)
@@ -119,7 +137,10 @@ def run(
         status = "interrupted"
         try:
             with Heartbeat(store.path, run_id):
-                Scheduler(store, run_id, opts, on_cell).run(todo)
+                if cluster:
+                    ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
+                else:
+                    Scheduler(store, run_id, opts, on_cell).run(todo)
             status = "done"
         finally:
             store.finish_run(run_id, status)
@@ -128,6 +149,7 @@ def run(
         return df
     finally:
         store.close()
+        ray_backend.disconnect(cluster)
 
 
 def _check_timeout(seconds) -> float:

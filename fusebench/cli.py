@@ -154,6 +154,12 @@ def run(
                                             "(evict_last: leaves dirty lines for the timed call; zero: as do_bench)."),
     warm_call: bool = typer.Option(True, help="After each flush, run the call once on a second input set "
                                               "(calls up to 1 GiB of traffic; --no-warm-call: none)."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
+                                      help="Run the cells on Ray actors, one per GPU (or CPU slot): on a Ray "
+                                           "instance started here, or on the cluster at ADDRESS (auto, "
+                                           "ray://host:10001, host:6379). Needs fusebench[ray]."),
+    ray_gpu_kind: Optional[str] = typer.Option(None, help="With --ray: only GPUs of this Ray accelerator type "
+                                                          "(H100, A100, ...)."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -175,6 +181,13 @@ def run(
 
     if flush not in FLUSH_MODES:
         fail(f"unknown --flush {flush!r}: {', '.join(FLUSH_MODES)}")
+    if ray is not None:
+        from fusebench.runner.ray_backend import RAY_MISSING, ray_available
+
+        if not ray_available():
+            fail(RAY_MISSING)
+    elif ray_gpu_kind:
+        fail("--ray-gpu-kind needs --ray")
     timing = None if resume is not None else TimingSettings(
         flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -203,7 +216,7 @@ def run(
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
                                resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
-                               retry_failed=retry_failed)
+                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind)
         finally:
             if state["task"] is not None:
                 progress.stop()
@@ -214,7 +227,7 @@ def run(
     from fusebench.summary import print_summary
 
     print_summary(df, out)
-    if isolate:
+    if isolate and ray is None:
         err.print(f"workers' output (compiler warnings, profiler messages): {plain(df.attrs.get('db', ''))}.log",
                   highlight=False, markup=False)
     bad = df[df.status.isin(["mismatch", "error", "crashed", "timeout"])]
@@ -490,7 +503,20 @@ def standing_cmd(
     for line in lines:
         out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
+def bare_ray_flag(argv: list[str]) -> list[str]:
+    """`--ray` takes an optional address: a bare `--ray` (not followed by auto, local, ray://...
+    or host:port) becomes `--ray=local`."""
+    out = []
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if arg == "--ray" and not (nxt in ("auto", "local") or "://" in nxt or ":" in nxt):
+            arg = "--ray=local"
+        out.append(arg)
+    return out
+
+
 def main() -> None:
+    sys.argv[1:] = bare_ray_flag(sys.argv[1:])
     try:
         app()
     except KeyboardInterrupt:
