@@ -135,7 +135,7 @@ def test_a_killed_drivers_run_is_completed_by_resume(cluster, db):
     proc.wait(30)
     before = shapes_or_none(db)
     assert 2 <= len(before) < 8, proc.stderr.read()
-    r = cli("run", "--resume", "1", "--db", db, "--ray", cluster, timeout=120)
+    r = cli("run", "--resume", "1", "--plugin", SLOW, "--db", db, "--ray", cluster, timeout=120)
     assert r.returncode == 0, r.stderr
     after = shapes_or_none(db)
     assert after[:len(before)] == before
