@@ -25,16 +25,19 @@ keeps autotuning affordable.  They are branch-uniform and outside the K loop, so
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from fusebench import settings
+from fusebench.kernels.device import is_hopper_or_newer, next_pow2, num_sms
+from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.gemm_utils import (
-    autotune, check_device, dot_precision, fastest, fastest_record, grouped_tile, has_tensor_descriptors,
-    interpreting, is_hopper_or_newer, next_pow2, num_sms, precision_note,
+    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note,
 )
+from fusebench.kernels.tuning import fastest, fastest_record
+from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
 # ------------------------------------------------------------------------------------------------
@@ -402,11 +405,10 @@ def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags):
 
 # Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere),
 # "splitk", or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
-# faster one is kept (gemm_utils.fastest, GPU time as the cells measure it, host launch cost excluded);
+# faster one is kept (tuning.fastest, GPU time as the cells measure it, host launch cost excluded);
 # skinny shapes (splitk_count > 1) add split-K to the race.  "ptr" (loads pipelined with cp.async)
-# is the default, used untimed off the GPU.  On an H200 with Triton 3.6 the race is close: in the
-# session-5 matmul grids TMA won 243 of 384 shapes x cases, the pointer kernel 141, split-K none.
-GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
+# is the default, used untimed off the GPU.  The race is close (docs/kernels.md).
+GEMM_IMPL = settings.current().gemm_impl
 
 
 def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
@@ -509,7 +511,7 @@ def _b2b_configs():
 
 def _prune_b2b(configs, named_args, **kwargs):
     n, p = named_args["N"], named_args["P"]
-    keep = [c for c in configs if c.kwargs["BLOCK_P"] <= next_pow2(p)]
+    keep = [c for c in configs if c.kwargs["BLOCK_P"] <= next_pow2(p, floor=16)]
     if n > 128:  # a (BLOCK_M x 256) fp32 accumulator: keep the tile short, or spread it over 8 warps
         keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64 and (c.num_warps == 8 or c.kwargs["BLOCK_K"] <= 32)]
     return keep or configs[-1:]
@@ -572,7 +574,7 @@ def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     _b2b_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](
         a, b, c, out, M, N, K, P,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), out.stride(0), out.stride(1),
-        PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N))
+        PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N, floor=16))
     return out
 
 
@@ -594,7 +596,7 @@ def _describe_gemm(shape, dtype):
     # the case's operands are contiguous: the key the wrapper used
     rec = fastest_record(("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0))
     if rec and GEMM_IMPL == "auto":
-        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
+        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items()) or "cached from an earlier run"
         what = {"ptr": "tiled GEMM (pointer loads) + fused epilogue", "tma": "TMA GEMM + fused epilogue",
                 "splitk": f"split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"}
         return f"{note}, {what[rec[0]]} (fastest of the kernels timed here: {times})"

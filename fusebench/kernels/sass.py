@@ -13,8 +13,8 @@ others' layout through shared memory before it issued their loads).
                                               # with their async copies (the staged plans' rounds)
 
 The second property: no spills in the long-row plans that Inductor's kernels match (per-element
-masks hold registers; see utils.within).  The third: the cooperative plans fit their programs per
-SM (utils.coop_launch_args caps their registers) with little spilled.
+masks hold registers; see exchange.within).  The third: the cooperative plans fit their programs per
+SM (coop_launch_args caps their registers) with little spilled.
 
 Needs Triton's bundled ptxas and cuobjdump (the NVIDIA backend's bin/), and the kernels compiled
 by the real JIT, not the interpreter (run it with TRITON_INTERPRET unset).
@@ -153,7 +153,7 @@ def single_pass_kernels() -> dict[str, tuple]:
 
 def unmasked_long_row_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps): long-row plans that must not spill, built as the
-    launcher builds them for rows that are a whole number of steps (EVEN, see utils.within)."""
+    launcher builds them for rows that are a whole number of steps (EVEN, see exchange.within)."""
     from fusebench.kernels import softmax as sm
 
     two = dict(ALIGN=4, stride_dyn=1, stride_yn=1, EVEN=True)
@@ -167,12 +167,12 @@ def unmasked_long_row_kernels() -> dict[str, tuple]:
 
 def cooperative_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
-    65536 fp32 columns in each of the plans utils.row_plans lists without the prefetch (with it,
+    65536 fp32 columns in each of the plans row_plans lists without the prefetch (with it,
     the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
     them like the others), unstaged and, where that fits, staged 2 deep; layernorm's as
     launched, holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
+    from fusebench.kernels.plans import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
 
     kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1), 1),
                "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1), 1),
