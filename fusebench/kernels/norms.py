@@ -26,7 +26,7 @@ from fusebench.kernels import plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import RowOp, load_at, tile_ptrs
-from fusebench.kernels.softmax import _lanes_init, coop_total, lanes_total, no_params, no_shift
+from fusebench.kernels.softmax import _lanes_init, lanes_total, no_params, no_shift
 
 LAYERNORM_EPS = 1e-5
 

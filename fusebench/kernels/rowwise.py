@@ -394,6 +394,24 @@ class RowOp:
         return frozenset(modes | ({Mode.REREAD} if self.reread_acc is not None else set()))
 
 
+# The op's steps each mode's kernel takes (kernel argument -> RowOp field).
+_COMMON = dict(LOAD="load", PARAMS="params", SHIFT="shift")
+_STEPS = {
+    Mode.TILE: dict(TILE="tile"),
+    Mode.LOOP: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
+    Mode.STREAM: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
+    Mode.REREAD: dict(_COMMON, RINIT="reread_init", RACC="reread_acc", MERGE="merge", APPLY="apply"),
+    Mode.COOP: dict(_COMMON, STATS="coop_stats", MERGE="coop_merge", APPLY="coop_apply"),
+}
+KERNELS = {Mode.TILE: _tile_kernel, Mode.LOOP: _loop_kernel, Mode.STREAM: _stream_kernel,
+           Mode.REREAD: _reread_kernel, Mode.COOP: _coop_kernel}
+
+
+def steps(op: RowOp, mode: Mode) -> dict:
+    """The constexpr arguments that make KERNELS[mode] `op`'s kernel."""
+    return {arg: getattr(op, field) for arg, field in _STEPS[mode].items()}
+
+
 def _args(op: RowOp, ins, prm, out):
     a = ins[0]
     b = ins[1] if op.inputs > 1 else a
@@ -405,52 +423,48 @@ def _args(op: RowOp, ins, prm, out):
     return (a, b, w, v, out), (M, N, *strides, op.eps), align
 
 
-def _launch_tile(op, plan, ptrs, dims, meta):
-    M, N = dims[0], dims[1]
+def _tile(op, plan, M, N, dev):
     even = op.even and N == plan.block_n
-    _tile_kernel[(device.cdiv(M, plan.block_m),)](*ptrs, *dims, TILE=op.tile, BLOCK_M=plan.block_m, EVEN=even,
-                                                   WHOLE_ROWS=op.even and plan.block_m == 1,
-                                                   PREFETCH=plan.prefetch, **meta)
+    return device.cdiv(M, plan.block_m), dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1,
+                                             PREFETCH=plan.prefetch)
 
 
-def _launch_loop(op, plan, ptrs, dims, meta):
-    M, N = dims[0], dims[1]
+def _loop(op, plan, M, N, dev):
     # the prefetching STAGES 1 still masks its load past the row's end
     even = op.even and N % plan.block_n == 0 and plan.stages is None
-    _loop_kernel[(plan.grid or M,)](*ptrs, *dims, op.load, op.params, op.shift, op.init, op.acc, op.total, op.merge,
-                                    op.apply, STAGES=plan.stages, EVEN=even, PREFETCH_LOOP=op.prefetch_loop, **meta)
+    return plan.grid or M, dict(STAGES=plan.stages, EVEN=even, PREFETCH_LOOP=op.prefetch_loop)
 
 
-def _launch_stream(op, plan, ptrs, dims, meta):
-    _stream_kernel[(plan.grid,)](*ptrs, *dims, op.load, op.params, op.shift, op.init, op.acc, op.total, op.merge,
-                                 op.apply, **meta)
+def _stream(op, plan, M, N, dev):
+    return plan.grid, {}
 
 
-def _launch_reread(op, plan, ptrs, dims, meta):
-    _reread_kernel[(plan.grid,)](*ptrs, *dims, op.load, op.params, op.shift, op.reread_init, op.reread_acc,
-                                 op.merge, op.apply, BLOCK_N2=plan.block_n2, **meta)
+def _reread(op, plan, M, N, dev):
+    return plan.grid, dict(BLOCK_N2=plan.block_n2)
 
 
-def _launch_coop(op, plan, ptrs, dims, meta):
-    dev = ptrs[0].device
-    sync = exchange.exchange_buffer(dev, plan.grid)
+def _coop(op, plan, M, N, dev):
     coop = plans.coop_launch_args(plan, dev)
     hold = bool(op.holds_params and op.holds_params(plan, coop["maxnreg"]))
-    _coop_kernel[(plan.grid,)](*ptrs, sync, sync.numel(), *dims, plan.splits, op.load, op.params, op.shift,
-                               op.coop_stats, op.coop_merge, op.coop_apply, K=op.stats_k, HOLD=hold, **coop, **meta)
+    return plan.grid, dict(K=op.stats_k, HOLD=hold, **coop)
 
 
-_LAUNCH = {Mode.TILE: _launch_tile, Mode.LOOP: _launch_loop, Mode.STREAM: _launch_stream,
-           Mode.REREAD: _launch_reread, Mode.COOP: _launch_coop}
+# mode -> (op, plan, M, N, dev) -> (programs, the launch's other constexprs and options)
+_LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
 
 
 def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
     """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` with `plan`."""
-    mode = Mode(plan.mode)
-    if mode not in op.modes:
-        raise ValueError(f"{op.name} has no {mode.value} plan")
+    mode = next((m for m in op.modes if m.value == plan.mode), None)
+    if mode is None:
+        raise ValueError(f"{op.name} has no {plan.mode} plan")
     ptrs, dims, align = _args(op, ins, prm, out)
-    _LAUNCH[mode](op, plan, ptrs, dims, dict(ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps))
+    grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], out.device)
+    if mode is Mode.COOP:  # the exchange buffer, and its size in words
+        sync = exchange.exchange_buffer(out.device, plan.grid)
+        ptrs, dims = (*ptrs, sync, sync.numel()), (*dims, plan.splits)
+    KERNELS[mode][(grid,)](*ptrs, *dims, **steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n,
+                           num_warps=plan.num_warps, **meta)
 
 
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
