@@ -146,6 +146,15 @@ def _write_pass(src, prm, out_row, row, consts, lo, hi, N, LOAD: tl.constexpr, P
                      eviction_policy="evict_first")
 
 
+@triton.jit
+def _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
+             ALIGN: tl.constexpr):
+    # (N, src, prm, stride_om) with N and the row strides rewritten as multiples of ALIGN, which
+    # divides them: that tells the compiler it may use 16-byte vectors.
+    src = (a_ptr, b_ptr, stride_am // ALIGN * ALIGN, stride_an, stride_bm // ALIGN * ALIGN, stride_bn)
+    return N // ALIGN * ALIGN, src, (w_ptr, v_ptr), stride_om // ALIGN * ALIGN
+
+
 # ----------------------------------------------------------------------------------------------
 # the kernels: src = (a, b, a's row and column strides, b's), b is a for one-input ops;
 # prm = (the per-column parameters' pointers)
@@ -155,17 +164,14 @@ def _write_pass(src, prm, out_row, row, consts, lo, hi, N, LOAD: tl.constexpr, P
 def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
                  eps, TILE: tl.constexpr, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  EVEN: tl.constexpr, WHOLE_ROWS: tl.constexpr, PREFETCH: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_am = stride_am // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_om = stride_om // ALIGN * ALIGN
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
     row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
     # WHOLE_ROWS (one row per program) and EVEN (N == BLOCK_N): no row or column masks.
     mask = ((r < M - row0) | WHOLE_ROWS)[:, None] & within(c, N, EVEN)[None, :]
-    y = TILE((a_ptr, b_ptr, stride_am, stride_an, stride_bm, stride_bn), (w_ptr, v_ptr), row0, r, c, mask, M, N,
-             eps, PREFETCH)
+    y = TILE(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)
     tl.store(out_ptr + row0 * stride_om + r[:, None] * stride_om + c[None, :], y.to(out_ptr.dtype.element_ty),
              mask=mask)
 
@@ -176,11 +182,8 @@ def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an
                  ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
                  ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN: tl.constexpr,
                  PREFETCH_LOOP: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_am = stride_am // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_om = stride_om // ALIGN * ALIGN
-    src = (a_ptr, b_ptr, stride_am, stride_an, stride_bm, stride_bn)
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
     # Rows pid, pid + P, ... (P = the grid size): a statistics pass, then a writing pass.
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -189,7 +192,7 @@ def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an
         k = SHIFT(src, row, None)
         stats = _stats_pass(src, row, k, 0, N, N, LOAD, INIT, ACC, TOTAL, BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
         consts = MERGE(stats, N, eps, k)
-        _write_pass(src, (w_ptr, v_ptr), out_ptr + row * stride_om, row, consts, 0, N, N, LOAD, PARAMS, APPLY,
+        _write_pass(src, prm, out_ptr + row * stride_om, row, consts, 0, N, N, LOAD, PARAMS, APPLY,
                     BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
 
 
@@ -202,12 +205,8 @@ def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
     # chain of steps in which the next step's loads are always in flight, across the pass and row
     # boundaries too; the row's last chunk, read last by the first pass, is written first by the
     # second straight from registers.
-    N = N // ALIGN * ALIGN
-    stride_am = stride_am // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_om = stride_om // ALIGN * ALIGN
-    src = (a_ptr, b_ptr, stride_am, stride_an, stride_bm, stride_bn)
-    prm = (w_ptr, v_ptr)
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     c = tl.arange(0, BLOCK_N)
@@ -264,12 +263,8 @@ def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
     # Reducing each first-pass step to scalars at once leaves two row-sized values per thread (this
     # step's and the next one's), so a step can be a whole 32768-column row; the second pass
     # carries its next step's inputs and parameters.
-    N = N // ALIGN * ALIGN
-    stride_am = stride_am // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_om = stride_om // ALIGN * ALIGN
-    src = (a_ptr, b_ptr, stride_am, stride_an, stride_bm, stride_bn)
-    prm = (w_ptr, v_ptr)
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     c = tl.arange(0, BLOCK_N)
@@ -307,12 +302,8 @@ def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, str
                  SHIFT: tl.constexpr, STATS: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
                  K: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
                  PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr, HOLD: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_am = stride_am // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_om = stride_om // ALIGN * ALIGN
-    src = (a_ptr, b_ptr, stride_am, stride_an, stride_bm, stride_bn)
-    prm = (w_ptr, v_ptr)
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
     # Program pid holds chunk (pid % SPLITS) of a row, in rounds of P / SPLITS rows (coop_layout).
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     if HOLD:  # a program's columns are the same in every round: its parameters loaded once

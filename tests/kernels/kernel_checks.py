@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fusebench.cases.base import get_case
+from fusebench.kernels import plans
 import fusebench.kernels.horizontal as khor
 import fusebench.kernels.norms as knorm
 import fusebench.kernels.pointwise as kpw
@@ -87,3 +88,13 @@ def checked(name, out, args, plan):
         check(name, out, args)
     except AssertionError as exc:
         raise AssertionError(f"{plan.describe()}: {exc}") from None
+
+
+# Looped plans forced at small sizes (3 rows of 700 columns)
+LONG_PLANS = {
+    "loop": plans.loop_plan(64, 4),
+    "loop_capped": plans.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
+    "loop_pipelined": plans.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
+    "loop_prefetched": plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
+    "loop_one_step": plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
+}

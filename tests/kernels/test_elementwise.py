@@ -9,17 +9,19 @@ from fusebench.cases.base import get_case
 from fusebench.kernels import plans
 import fusebench.kernels.horizontal as khor
 import fusebench.kernels.pointwise as kpw
-from kernel_checks import DEVICE, HORIZONTAL, IMPL, ON_GPU, check, inputs, strided
+from kernel_checks import DEVICE, HORIZONTAL, IMPL, LONG_PLANS, ON_GPU, check, inputs, strided
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 HORIZONTAL_PLANS = {
-    "loop": plans.loop_plan(64, 4),
-    "loop_capped": plans.loop_plan(64, 4, grid=2),
-    "loop_pipelined": plans.loop_plan(64, 4, grid=2, stages=3),
-    "loop_one_step": plans.loop_plan(1024, 4),
+    **LONG_PLANS,
     "split": plans.split_plan(700, 64),  # 11 programs per row, the last one ragged
+    "split_evict_first": dataclasses.replace(plans.split_plan(700, 64), evict_first=True),
+    # several rows side by side in the looped plans
+    "loop_rows": plans.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
+    "loop_rows_pipelined": plans.loop_plan(128, 4, rows=4, grid=1, stages=2),
+    "loop_evict_first": dataclasses.replace(plans.loop_plan(64, 4), evict_first=True),
 }
 
 
@@ -29,22 +31,6 @@ HORIZONTAL_PLANS = {
 def test_horizontal_long_row_plans(name, mode, dtype):
     args = inputs(name, (3, 700), dtype, seed=1)
     check(name, IMPL[name](*args, plan=HORIZONTAL_PLANS[mode]), args)
-
-
-HORIZONTAL_LOOPS = {
-    "loop_rows": plans.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
-    "loop_rows_pipelined": plans.loop_plan(128, 4, rows=4, grid=1, stages=2),
-    "loop_evict_first": dataclasses.replace(plans.loop_plan(64, 4), evict_first=True),
-    "split_evict_first": dataclasses.replace(plans.split_plan(700, 64), evict_first=True),
-}
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("mode", list(HORIZONTAL_LOOPS))
-@pytest.mark.parametrize("name", HORIZONTAL)
-def test_horizontal_looped_row_groups(name, mode, dtype):
-    args = inputs(name, (3, 700), dtype, seed=2)
-    check(name, IMPL[name](*args, plan=HORIZONTAL_LOOPS[mode]), args)
 
 
 def test_horizontal_plans_loop_short_rows():

@@ -11,7 +11,7 @@ from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS, exchange, plans, rowwise
 import fusebench.kernels.norms as knorm
 import fusebench.kernels.softmax as ksm
-from kernel_checks import DEVICE, IMPL, TWO_PASS, check, checked, gpu, inputs, strided
+from kernel_checks import DEVICE, IMPL, LONG_PLANS, TWO_PASS, check, checked, gpu, inputs, strided
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -25,15 +25,6 @@ OPS = {"softmax": ksm.SOFTMAX, "double_softmax": ksm.DOUBLE_SOFTMAX, "softmax_ba
 
 # ----------------------------------------------------------------------------------------------
 # long rows, forced at small sizes
-
-LONG_PLANS = {
-    "loop": plans.loop_plan(64, 4),
-    "loop_capped": plans.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
-    "loop_pipelined": plans.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
-    "loop_prefetched": plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
-    "loop_one_step": plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
-}
-
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("mode", list(LONG_PLANS))
