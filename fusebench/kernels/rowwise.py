@@ -38,13 +38,14 @@ Plan modes (plans.RowPlan):
 * coop:   SPLITS programs per row each hold a chunk in registers and exchange their partial
           results (exchange.publish / collect): one read, one launch.  GPU only.
 
-Memory access, the same for every op: the first pass loads evict_last (the second re-reads) and
-the second loads and stores evict_first (the output streaming through L2 must not push out rows
-waiting for their second pass); per-column parameters are loaded without a hint.  ALIGN (see
+Memory access, the same for every op: a two-pass plan's first pass loads evict_last (the second
+re-reads) and its second pass loads and stores evict_first (the output streaming through L2 must
+not push out rows waiting for their second pass); one-read plans (tile, coop) and per-column
+parameters load without a hint.  ALIGN (see
 plans.vector_align) divides N and the row strides; rewriting them as multiples of it lets the
 compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row offsets are
 64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
-`even` set): every step lies inside the row, so the plain loop drops its column masks.
+`even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ import torch
 
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
+import fusebench.kernels.b2b as kb2b
 import fusebench.kernels.matmul as kmm
 from compute_checks import DEVICE, DTYPES, ON_GPU, gpu, needs_gpu, run_case
 
@@ -121,7 +122,7 @@ def test_gemm_empty_k():
                          ids=lambda s: "x".join(map(str, s)))
 def test_matmul_matmul(shape, dtype):
     run_case("matmul_matmul", shape, dtype)
-    assert kmm.b2b_fused(shape[1]) == (shape[1] <= 256)
+    assert kb2b.b2b_fused(shape[1]) == (shape[1] <= 256)
 
 
 @gpu
