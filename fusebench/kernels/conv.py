@@ -21,6 +21,7 @@ across kernels); describe() stores the path, why, and the measured times with ea
 """
 from __future__ import annotations
 
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,7 @@ from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.gemm_utils import check_device, dot_precision, grouped_tile, precision_note
-from fusebench.kernels.tuning import fastest, fastest_record
+from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm
 from fusebench.kernels.registry import triton_kernel
@@ -251,6 +252,7 @@ def _is_cl(t: torch.Tensor) -> bool:
 
 
 # Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn") where it applies.
+_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul")
 CONV_PATH = settings.current().conv_path
 # conv_bn: "folded", "bn-epilogue", or "auto" (the faster, timed at the first call per shape).
 CONV_BN_WAY = settings.current().conv_bn
@@ -339,7 +341,7 @@ def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: st
         else:
             path = fastest(_choice_key(shape8, x.dtype, bias is not None, residual is not None, relu),
                            {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths},
-                           device=x.device)
+                           device=x.device, source=_SOURCE())
     if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
         path = "igemm"
     if path == "igemm" and x.numel() >= 2**31:
@@ -429,5 +431,5 @@ def conv_bn(x, w, mean, var, gamma, beta, stride: int):
     n, cin, h, wd = x.shape
     key = _bn_choice_key((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype))
     ways = {"bn-epilogue": bn_epilogue, "folded": folded}
-    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device)
+    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device, source=_SOURCE())
     return bn_epilogue() if way == "bn-epilogue" else folded()

@@ -34,7 +34,7 @@ from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note,
 )
-from fusebench.kernels.tuning import fastest, fastest_record
+from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
@@ -460,7 +460,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
             candidates["tma"] = lambda: gemm(a, b, impl="tma", **kw)
         if splitk_count(M, N, K) > 1:
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
-        impl = fastest(_choice_key(a, b, c), candidates, device=a.device)
+        impl = fastest(_choice_key(a, b, c), candidates, device=a.device, source=source_hash(__name__))
     if impl == "splitk":
         return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags)
     if impl == "tma":
