@@ -202,3 +202,17 @@ def test_gpu_autotune_retimes_close_candidates_interleaved(monkeypatch, tmp_path
     assert len(finals) == 3 and f"kept {best}" in text
     assert best == min(finals, key=lambda f: float(f[1]))[3]
     torch.testing.assert_close(out, x * 2)
+
+
+@gpu
+def test_gpu_second_process_does_not_retune(monkeypatch, tmp_path):
+    # a new Tuner (as in a new process) over the same cache directory takes the stored plan, untimed
+    x = torch.randn(7, 3000, device="cuda")
+    monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True)))
+    first, plan = kpw.pointwise_chain_impl(x, return_plan=True)
+    timed = []
+    real = tuning.gpu_time_ms
+    monkeypatch.setattr(tuning, "gpu_time_ms", lambda *a, **k: (timed.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True)))
+    again, plan2 = kpw.pointwise_chain_impl(x, return_plan=True)
+    assert plan2 == plan and timed == [] and torch.equal(first, again)
