@@ -3,8 +3,7 @@
 On a GPU they are compiled and timed like the others.  On the CPU they run only under Triton's
 interpreter (TRITON_INTERPRET=1), for correctness: interpreter timings mean nothing.
 """
-import os
-
+from fusebench import settings
 from fusebench.impls.base import Implementation, Prepared, implementation
 
 
@@ -25,7 +24,7 @@ class Triton(Implementation):
             _kernels()
         except ImportError as exc:
             return f"triton not importable: {exc}"
-        if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if device == "cpu" and not settings.current().interpret:
             return "on the CPU Triton kernels run only under TRITON_INTERPRET=1 (correctness only)"
         return None
 
@@ -41,19 +40,26 @@ class Triton(Implementation):
         return kernel.supports(shape, dtype, device) if kernel.supports else None
 
     def prepare(self, case, shape, dtype, device):
-        from fusebench.kernels import utils
-
         kernel = _kernels()[0][case.name]
         note = kernel.describe(shape, dtype) if kernel.describe else ""
         interp = "Triton interpreter: correctness only" if device == "cpu" else None
-        utils.forget_choice()
+        if kernel.run is None:
+            # Kernels that choose a path at their first call say which in describe(), asked again after it.
+            return Prepared(fn=kernel.fn, note=note, timing_available=interp,
+                            note_after=lambda: kernel.describe(shape, dtype) if kernel.describe else None)
+        # Kernels that choose a launch plan per shape return it with their outputs: the note says
+        # which one ran (the heuristic's guess is `note`).
+        ran: list = []
+
+        def fn(*args):
+            out, plan = kernel.run(*args)
+            ran[:] = [plan]
+            return out
 
         def chosen():
-            # The plan the memory-bound kernels' autotuner took (the heuristic's guess is `note`),
-            # or the describe() of the others again, now that their first call chose a path.
-            plan = utils.last_choice()
-            if plan is not None:
-                return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
-            return kernel.describe(shape, dtype) if kernel.describe else None
+            plan = ran[-1] if ran else None
+            if plan is None:
+                return None
+            return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
 
-        return Prepared(fn=kernel.fn, note=note, timing_available=interp, note_after=chosen)
+        return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen)

@@ -18,13 +18,16 @@ interpreter included); `_attn_fwd_tma` loads Q/K/V through TMA descriptors on Ho
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels.gemm_utils import autotune, check_device, has_tensor_descriptors, interpreting, is_hopper_or_newer
+from fusebench import settings
+from fusebench.kernels.device import is_hopper_or_newer
+from fusebench.kernels.device import is_interpreter as interpreting
+from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors
+from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
 LOG2E = 1.4426950408889634
@@ -227,7 +230,7 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, sm_scale,  #
 # Host side.
 
 # "tma", "ptr" or "auto" (tma on Hopper for contiguous fp16/bf16 inputs)
-ATTN_IMPL = os.environ.get("FUSEBENCH_ATTN_IMPL", "auto")
+ATTN_IMPL = settings.current().attn_impl
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
 

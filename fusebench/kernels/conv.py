@@ -21,17 +21,19 @@ across kernels); describe() stores the path, why, and the measured times with ea
 """
 from __future__ import annotations
 
-import os
+import functools
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from fusebench.kernels.gemm_utils import (
-    autotune, check_device, dot_precision, fastest, fastest_record, grouped_tile, interpreting, is_hopper_or_newer,
-    next_pow2, precision_note,
-)
+from fusebench import settings
+from fusebench.kernels.device import is_hopper_or_newer, next_pow2
+from fusebench.kernels.device import is_interpreter as interpreting
+from fusebench.kernels.gemm_utils import check_device, dot_precision, grouped_tile, precision_note
+from fusebench.kernels.tuning import fastest, fastest_record, source_hash
+from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm
 from fusebench.kernels.registry import triton_kernel
 
@@ -99,7 +101,7 @@ def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False, bn=None) ->
     # About 4096 elements per program (8 warps, 16 per thread), as wide as the rows allow; small
     # tiles under the interpreter, which runs them one after another.
     elems, widest, warps = (256, 64, 4) if interpreting() else (4096, 1024, 8)
-    block_l = min(widest, next_pow2(L))
+    block_l = min(widest, next_pow2(L, floor=16))
     block_r = max(1, elems // block_l)
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
     _epilogue_kernel[grid](
@@ -145,7 +147,7 @@ def fold_bn(w, mean, var, gamma, beta, eps=BN_EPS):
     shift = torch.empty(cout, device=w.device, dtype=w.dtype)
     per_channel = w.numel() // cout
     _fold_bn_kernel[(cout,)](w, w_out, shift, mean, var, gamma, beta, per_channel, eps,
-                             BLOCK=min(1024, next_pow2(per_channel)), num_warps=4)
+                             BLOCK=min(1024, next_pow2(per_channel, floor=16)), num_warps=4)
     return w_out, shift
 
 
@@ -250,9 +252,10 @@ def _is_cl(t: torch.Tensor) -> bool:
 
 
 # Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn") where it applies.
-CONV_PATH = os.environ.get("FUSEBENCH_CONV_PATH", "auto")
+_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul")
+CONV_PATH = settings.current().conv_path
 # conv_bn: "folded", "bn-epilogue", or "auto" (the faster, timed at the first call per shape).
-CONV_BN_WAY = os.environ.get("FUSEBENCH_CONV_BN", "auto")
+CONV_BN_WAY = settings.current().conv_bn
 
 
 def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tuple[list[str], str]:
@@ -338,7 +341,7 @@ def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: st
         else:
             path = fastest(_choice_key(shape8, x.dtype, bias is not None, residual is not None, relu),
                            {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths},
-                           device=x.device)
+                           device=x.device, source=_SOURCE())
     if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
         path = "igemm"
     if path == "igemm" and x.numel() >= 2**31:
@@ -369,7 +372,7 @@ def _describe(shape, dtype, epilogue=(False, False, False)):
     paths, why = candidate_paths(n, cin, h, w, cout, r, stride, bool(cl), dtype)
     rec = fastest_record(_choice_key(tuple(shape), dtype, *epilogue)) if len(paths) > 1 else None
     if rec:
-        times = ", ".join(f"{p} {ms * 1e3:.1f}us" for p, ms in rec[1].items())
+        times = ", ".join(f"{p} {ms * 1e3:.1f}us" for p, ms in rec[1].items()) or "cached from an earlier run"
         return f"{precision_note(dtype)}, {rec[0]}: {why} (measured: {times})"
     if len(paths) > 1:
         return f"{precision_note(dtype)}, {' or '.join(paths)}: {why} (timed at first call)"
@@ -394,7 +397,7 @@ def _describe_bn(shape, dtype):
     folded = "BN folded into weights+bias (1 Triton kernel), then "
     if rec is None:
         return f"faster of [{unfolded}] and [{folded}conv + bias] (timed at first call)"
-    times = ", ".join(f"{p} {ms * 1e3:.1f}us" for p, ms in rec[1].items())
+    times = ", ".join(f"{p} {ms * 1e3:.1f}us" for p, ms in rec[1].items()) or "cached from an earlier run"
     if rec[0] == "bn-epilogue":
         return f"{precision_note(dtype)}, {unfolded} (measured: {times})"
     return folded + _describe(shape, dtype, (True, False, False)) + f" (vs unfolded: {times})"
@@ -428,5 +431,5 @@ def conv_bn(x, w, mean, var, gamma, beta, stride: int):
     n, cin, h, wd = x.shape
     key = _bn_choice_key((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype))
     ways = {"bn-epilogue": bn_epilogue, "folded": folded}
-    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device)
+    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device, source=_SOURCE())
     return bn_epilogue() if way == "bn-epilogue" else folded()

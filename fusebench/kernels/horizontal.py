@@ -9,17 +9,12 @@ Neither needs a second look at a row, so every plan reads `a` exactly once, in o
 * loop:  one program per long row, accumulating per-lane sums / maxima chunk by chunk.
 * split: few long rows: `splits` programs per row each reduce a chunk and write their partial
          result; the last of a row's programs to finish (an atomic counter per row) combines
-         the partials.  The counters (utils.zeroed_counters) are reset to zero by that last
+         the partials.  The counters (zeroed_counters) are reset to zero by that last
          program, so no memset is needed between calls.
 
-Tried and dropped (session 20, H100, docs/device-runs/s20-call1): split rows whose programs publish
-their partials as tagged words with no fence (utils.publish) and count themselves first, the last
-to arrive polling for the others' words.  Slower at every shape than the release-acquire counter
-here (horizontal_reduction_pointwise 512x65536: 0.93 of a same-size copy against 0.98;
-horizontal_reduction_reduction 0.86 against 0.91).  So the fence is not what limits these plans on
-the H100; the likely cost (not measured) is the last program to arrive waiting for partials not
-yet published, the count having come before the partial.  Split rows at rows that fit on chip
-(2048-16384 columns) were 0.86-0.89 of the copy against 0.98 for whole rows in one program.
+The counter is a release-acquire atomic: a row's programs publishing tagged words with no fence
+(as the cooperative row-wise plans do, exchange.publish) is slower here at every shape measured
+(docs/kernels.md).
 """
 from __future__ import annotations
 
@@ -30,8 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import utils
+from fusebench.kernels.device import cdiv, next_pow2, num_sms
+from fusebench.kernels.plans import (MAX_ONCHIP, RowPlan, as_2d_strided, loop_plan, row_plans, unique, vector_align,
+                                      zeroed_counters)
 from fusebench.kernels.registry import triton_kernel
+from fusebench.kernels.tuning import autotune, key_of, source_hash
+
+_SOURCE = functools.partial(source_hash, __name__)
 
 # ----------------------------------------------------------------------------------------------
 # kernels: WITH_COS selects the pointwise consumer, WITH_MAX the second reduction
@@ -141,68 +141,65 @@ def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, ws_ptr, count_ptr
         tl.atomic_xchg(count_ptr + row, 0)
 
 
-def _launch(a, out_sum, out_max, out_cos, plan: utils.RowPlan):
+def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
     M, N = a.shape
     sam, san = a.stride()
     with_cos, with_max = out_cos is not None, out_max is not None
     # Unused outputs get a harmless pointer: the constexpr flags remove every access to them.
     out_max = out_sum if out_max is None else out_max
     out_cos = out_sum if out_cos is None else out_cos
-    align = utils.vector_align(a.element_size(), N, sam) if san == 1 else 1
+    align = vector_align(a.element_size(), N, sam) if san == 1 else 1
     # Read-only (no cos output): `a` is loaded evict_first, so that L2 keeps what it held before
-    # the call rather than lines never read again.  On an H200 (session 5, bench sample run) this
-    # took horizontal_reduction_reduction from 43.1 to 37.6 us at 8192x4096 (cells' timing: the
-    # L2 flush leaves dirty lines that a plain streaming read has to write back).  With the cos
-    # output, and for the other memory-bound kernels, which write as much as they read, the same
-    # hint measured 2-6% slower at large shapes, so they do without it; with the cos output it is
-    # a candidate of its own (RowPlan.evict_first, see horizontal_plans).
+    # the call rather than lines never read again (the L2 flush leaves dirty lines that a plain
+    # streaming read has to write back).  Kernels that write as much as they read are slower with
+    # the hint at large shapes, so they do without it; with the cos output it is a candidate of
+    # its own (RowPlan.evict_first, see horizontal_plans).
     evict = "evict_first" if plan.evict_first or not with_cos else ""
     flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, EVICT=evict, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (utils.cdiv(M, plan.block_m),)
+        grid = (cdiv(M, plan.block_m),)
         _horizontal_tile_kernel[grid](a, out_sum, out_max, out_cos, M, N, sam, san,
                                       BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)
     elif plan.mode == "loop":
-        _horizontal_loop_kernel[(plan.grid or utils.cdiv(M, plan.block_m),)](
+        _horizontal_loop_kernel[(plan.grid or cdiv(M, plan.block_m),)](
             a, out_sum, out_max, out_cos, M, N, sam, san,
             BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
-    else:  # split (the long-row plans of utils.row_plans other than loop)
+    else:  # split (the long-row plans of row_plans other than loop)
         ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
         _horizontal_split_kernel[(M * plan.splits,)](
-            a, out_sum, out_max, out_cos, ws, utils.zeroed_counters(a.device, M), N, sam, san, plan.splits,
-            BLOCK_N=plan.block_n, BLOCK_S=utils.next_pow2(plan.splits), **flags)
+            a, out_sum, out_max, out_cos, ws, zeroed_counters(a.device, M), N, sam, san, plan.splits,
+            BLOCK_N=plan.block_n, BLOCK_S=next_pow2(plan.splits), **flags)
 
 
-def horizontal_plans(M, N, device, max_onchip=utils.MAX_ONCHIP, with_cos=False, **kw):
-    """utils.row_plans without the cooperative ones (these cases read each row once anyway).
+def horizontal_plans(M, N, device, max_onchip=MAX_ONCHIP, with_cos=False, **kw):
+    """row_plans without the cooperative ones (these cases read each row once anyway).
 
     Rows of 1024 columns or more that fit on chip also try looped plans, which here are one pass
     too: a few rows per program streamed in 1-2 K-column steps into per-lane accumulators and
     reduced across lanes once per row (the shape of Inductor's looped reductions), with one
     program per group of rows or a persistent, pipelined grid.  One of them is the config
-    Inductor's autotuner kept for horizontal_reduction_pointwise at 512x8192 on an H200 (one row
-    per program, 2048-column steps, 16 warps; session 13, paired timing): chosen at 512x16384, now
-    1.01x Inductor (0.96x before); at 512x8192 ours stays at 0.92x in that config too.  Inductor
-    loads `a` there evict_first, as ours does only without the cos output: `with_cos` adds the
-    first plan and that config with evict_first loads as candidates."""
-    plans = [p for p in utils.row_plans(M, N, device, max_onchip=max_onchip, **kw) if p.mode != "coop"]
+    Inductor's autotuner keeps for horizontal_reduction_pointwise at 512x8192 (one row per
+    program, 2048-column steps, 16 warps).  Inductor loads `a` there evict_first, as ours does
+    only without the cos output: `with_cos` adds the first plan and that config with evict_first
+    loads as candidates."""
+    plans = [p for p in row_plans(M, N, device, max_onchip=max_onchip, splits=True, **kw) if p.mode != "coop"]
     if 1024 <= N <= max_onchip:
-        sms = utils.num_sms(device)
-        plans += [utils.loop_plan(step, warps, rows=rows, grid=grid, stages=stages)
+        sms = num_sms(device)
+        plans += [loop_plan(step, warps, rows=rows, grid=grid, stages=stages)
                   for rows, step, warps, grid, stages in [
                       (1, 2048, 8, 0, None), (1, 2048, 16, 0, None), (1, 1024, 4, 0, None), (2, 1024, 8, 0, None),
                       (4, 1024, 8, 0, None),
                       (1, 2048, 8, 4 * sms, 3), (2, 1024, 8, 2 * sms, 3)]
-                  if step <= utils.next_pow2(N)]
+                  if step <= next_pow2(N)]
     if with_cos:
         inductors = [p for p in plans
                      if (p.mode, p.block_m, p.block_n, p.num_warps, p.grid) == ("loop", 1, 2048, 16, 0)]
         plans += [replace(p, evict_first=True) for p in plans[:1] + inductors]
-    return utils.unique(plans)
+    return unique(plans)
 
 
-def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
-    a = utils.as_2d_strided(a)
+def _horizontal(name, a, with_cos, with_max, plan, max_onchip, return_plan=False):
+    a = as_2d_strided(a)
     M, N = a.shape
     out_sum = torch.empty((M,), dtype=a.dtype, device=a.device)
     out_max = torch.empty((M,), dtype=a.dtype, device=a.device) if with_max else None
@@ -211,7 +208,8 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
         # sum over nothing is 0 (amax over nothing raises in PyTorch, as eager does)
         if with_max:
             raise RuntimeError("amax(): expected a non-empty reduction dimension")
-        return out_sum.zero_(), out_cos
+        out = out_sum.zero_(), out_cos
+        return (out, None) if return_plan else out
     if M > 0:
         def launch(p, *operands):
             _launch(*operands, p)
@@ -220,31 +218,34 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip):
         if plan is None:
             plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
                                       with_cos=with_cos, elem_size=a.element_size())
-            plan = utils.autotune((name, *utils.key_of(a)), plans, launch, a.device, operands, n_outputs=3)
+            plan = autotune((name, *key_of(a)), plans, launch, a.device, operands, n_outputs=3, source=_SOURCE())
         launch(plan, *operands)
-    return out_sum, (out_cos if with_cos else out_max)
+    out = out_sum, (out_cos if with_cos else out_max)
+    return (out, plan) if return_plan else out
 
 
-def horizontal_reduction_pointwise_impl(a: torch.Tensor, plan: utils.RowPlan | None = None,
-                                        max_onchip: int = utils.MAX_ONCHIP):
+def horizontal_reduction_pointwise_impl(a: torch.Tensor, plan: RowPlan | None = None,
+                                        max_onchip: int = MAX_ONCHIP):
     return _horizontal("horizontal_reduction_pointwise", a, True, False, plan, max_onchip)
 
 
-def horizontal_reduction_reduction_impl(a: torch.Tensor, plan: utils.RowPlan | None = None,
-                                        max_onchip: int = utils.MAX_ONCHIP):
+def horizontal_reduction_reduction_impl(a: torch.Tensor, plan: RowPlan | None = None,
+                                        max_onchip: int = MAX_ONCHIP):
     return _horizontal("horizontal_reduction_reduction", a, False, True, plan, max_onchip)
 
 
 def _describe(shape, dtype):
-    return utils.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+    return row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu", splits=True,
                            elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
 
 
-@triton_kernel("horizontal_reduction_pointwise", interpretable=True, describe=_describe)
+@triton_kernel("horizontal_reduction_pointwise", interpretable=True, describe=_describe,
+               run=lambda a: _horizontal("horizontal_reduction_pointwise", a, True, False, None, MAX_ONCHIP, True))
 def horizontal_reduction_pointwise(a):
     return horizontal_reduction_pointwise_impl(a)
 
 
-@triton_kernel("horizontal_reduction_reduction", interpretable=True, describe=_describe)
+@triton_kernel("horizontal_reduction_reduction", interpretable=True, describe=_describe,
+               run=lambda a: _horizontal("horizontal_reduction_reduction", a, False, True, None, MAX_ONCHIP, True))
 def horizontal_reduction_reduction(a):
     return horizontal_reduction_reduction_impl(a)

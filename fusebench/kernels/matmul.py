@@ -1,7 +1,7 @@
-"""GEMM with a fused epilogue, and two GEMMs back to back.
+"""GEMM with a fused epilogue.
 
 Cases (fusebench/cases/matmul.py): matmul_add `a @ b + bias`, matmul_relu `relu(a @ b)`,
-matmul_add_relu `relu(a @ b + bias)`, matmul_matmul `(a @ b) @ c`.
+matmul_add_relu `relu(a @ b + bias)`; matmul_matmul `(a @ b) @ c` is in b2b.py.
 
 Kernels
 - `_gemm_kernel`: the tutorial's tiled GEMM (pointer arithmetic, grouped program order for L2
@@ -16,8 +16,6 @@ Kernels
   K-slice into an fp32 workspace, the second kernel sums the slices in a fixed order
   (deterministic, unlike atomics) and applies the epilogue.  A candidate of the same first-call
   timing as the TMA kernel.
-- `_b2b_kernel`: `(a @ b) @ c` with the (BLOCK_M x N) intermediate kept in registers, for N <= 256;
-  wider intermediates go through two GEMMs.
 
 The epilogue switches (HAS_BIAS, HAS_RES, RELU) are runtime scalars, not constexprs: one compiled
 binary per (dtype, config) then serves all three matmul cases and the 1x1 convolutions, which
@@ -25,16 +23,19 @@ keeps autotuning affordable.  They are branch-uniform and outside the K loop, so
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from fusebench import settings
+from fusebench.kernels.device import is_hopper_or_newer, next_pow2, num_sms
+from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.gemm_utils import (
-    autotune, check_device, dot_precision, fastest, fastest_record, grouped_tile, has_tensor_descriptors,
-    interpreting, is_hopper_or_newer, next_pow2, num_sms, precision_note,
+    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note,
 )
+from fusebench.kernels.tuning import fastest, fastest_record, source_hash
+from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
 # ------------------------------------------------------------------------------------------------
@@ -56,8 +57,7 @@ def _gemm_configs():
             _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
             _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
             # grids of about one wave (small M or N, long K): deeper K steps or pipelines keep more
-            # bytes in flight; 128x256 at 4 stages was the best pointer config at M = 256-512 with
-            # long K, 128x128 at 5 stages at 256x8192x8192 and 512x4096x4096 (bench/gemm_configs.py, H200)
+            # bytes in flight (each of these is the fastest at some such shape: docs/kernels.md)
             _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4), _cfg(128, 64, 128, 4, 4),
             _cfg(64, 128, 64, 6, 4), _cfg(128, 64, 64, 6, 4), _cfg(128, 256, 64, 4, 8), _cfg(128, 128, 64, 5, 8),
             _cfg(64, 64, 64, 4, 4),  # last: the smallest footprint, fits even fp32 operands
@@ -83,9 +83,7 @@ def _tma_configs():
         _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False),
         _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)] + [
         # M = 128 with long K (a grid of one wave or less): short tiles, 128-deep K steps, deep
-        # pipelines.  On an H200 (bench/gemm_configs.py) 64x64x128 at 6 stages ran 128x4096x4096 in
-        # 19.6 us (torch.mm 19.3) and 64x128x128 at 4 stages 128x8192x8192 in 46.1 us (torch.mm 45.1),
-        # where the best pointer configs took 22.5 and 47.9 us.
+        # pipelines (as fast as torch.mm there, faster than the pointer configs: docs/kernels.md)
         _cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=False, PERSISTENT=False)
         for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]] + [
         # M = 256-512, N = K = 4096-8192: 64x256 tiles at 5 stages, one of the two best there
@@ -119,10 +117,7 @@ def _prune_gemm(configs, named_args, **kwargs):
 
     Never a tile much taller/wider than the matrix.  Large outputs (at least four waves of 128x128
     tiles): only big tiles (>= 128x128).  Smaller ones: every config that fits -- tile size does
-    not predict the winner there: on an H200, 256x16384x16384 ran fastest with 128x256 tiles
-    (128 programs, under one wave; 199 us against 218 for the best 128x128 tile), 128x4096x4096
-    with 64x64 (19.6 against 45 us for 128x256), 2048x4096x4096 with 128x256 (256 programs, 101 us;
-    the 128x128 tiles' two waves, 111 us).
+    not predict the winner there (docs/kernels.md).
     """
     M, N = named_args["M"], named_args["N"]
     if len(configs) == 1:
@@ -402,11 +397,10 @@ def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags):
 
 # Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere),
 # "splitk", or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
-# faster one is kept (gemm_utils.fastest, GPU time as the cells measure it, host launch cost excluded);
+# faster one is kept (tuning.fastest, GPU time as the cells measure it, host launch cost excluded);
 # skinny shapes (splitk_count > 1) add split-K to the race.  "ptr" (loads pipelined with cp.async)
-# is the default, used untimed off the GPU.  On an H200 with Triton 3.6 the race is close: in the
-# session-5 matmul grids TMA won 243 of 384 shapes x cases, the pointer kernel 141, split-K none.
-GEMM_IMPL = os.environ.get("FUSEBENCH_GEMM_IMPL", "auto")
+# is the default, used untimed off the GPU.  The race is close (docs/kernels.md).
+GEMM_IMPL = settings.current().gemm_impl
 
 
 def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
@@ -466,7 +460,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
             candidates["tma"] = lambda: gemm(a, b, impl="tma", **kw)
         if splitk_count(M, N, K) > 1:
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
-        impl = fastest(_choice_key(a, b, c), candidates, device=a.device)
+        impl = fastest(_choice_key(a, b, c), candidates, device=a.device, source=source_hash(__name__))
     if impl == "splitk":
         return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags)
     if impl == "tma":
@@ -496,87 +490,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
 
 
 # ------------------------------------------------------------------------------------------------
-# Kernel 4: back-to-back GEMM, intermediate on chip.
-
-
-def _b2b_configs():
-    if interpreting():
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_K": 32, "BLOCK_P": 32}, num_stages=1, num_warps=4)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_K": bk, "BLOCK_P": bp}, num_stages=s, num_warps=w)
-            for bm, bk, bp, s, w in [(64, 64, 128, 3, 4), (128, 64, 128, 3, 8), (64, 64, 128, 3, 8),
-                                     (64, 32, 64, 4, 4), (32, 64, 128, 3, 4)]]
-
-
-def _prune_b2b(configs, named_args, **kwargs):
-    n, p = named_args["N"], named_args["P"]
-    keep = [c for c in configs if c.kwargs["BLOCK_P"] <= next_pow2(p)]
-    if n > 128:  # a (BLOCK_M x 256) fp32 accumulator: keep the tile short, or spread it over 8 warps
-        keep = [c for c in keep if c.kwargs["BLOCK_M"] <= 64 and (c.num_warps == 8 or c.kwargs["BLOCK_K"] <= 32)]
-    return keep or configs[-1:]
-
-
-@autotune(configs=_b2b_configs(), key=["M", "N", "K", "P"], prune_configs_by={"early_config_prune": _prune_b2b})
-@triton.jit
-def _b2b_kernel(a_ptr, b_ptr, c_ptr, o_ptr,  #
-                M, N, K, P,  #
-                stride_am, stride_ak, stride_bk, stride_bn, stride_cn, stride_cp, stride_om, stride_op,  #
-                PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,  #
-                BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr):
-    # One program owns BLOCK_M rows of the output and all its P columns.
-    pid = tl.program_id(axis=0)
-    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_am = tl.where(offs_m < M, offs_m, 0)  # out-of-range rows read row 0, never stored
-    offs_k = tl.arange(0, BLOCK_K)
-    offs_n = tl.arange(0, BLOCK_N)  # the whole width of the intermediate (padded to a power of 2)
-    n_mask = offs_n < N
-
-    # Stage 1: t = a[rows, :] @ b  -> (BLOCK_M, BLOCK_N), accumulated over K in fp32.
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & n_mask[None, :], other=0.0)
-        t = tl.dot(a, b, t, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    # Round the intermediate to the input dtype, as eager's (a @ b) does; it stays in registers.
-    t = t.to(c_ptr.dtype.element_ty)
-
-    # Stage 2: out[rows, p:p+BLOCK_P] = t @ c[:, p:p+BLOCK_P] for each chunk of P.
-    # Padded columns of t are 0 (b was masked) and the matching rows of c are masked to 0 too.
-    offs_p = tl.arange(0, BLOCK_P)
-    for p0 in range(0, P, BLOCK_P):
-        cols = p0 + offs_p
-        c_ptrs = c_ptr + offs_n[:, None] * stride_cn + cols[None, :] * stride_cp
-        c = tl.load(c_ptrs, mask=n_mask[:, None] & (cols[None, :] < P), other=0.0)
-        o = tl.dot(t, c, input_precision=PRECISION)
-        o_ptrs = o_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_op
-        tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (cols[None, :] < P))
-
-
-B2B_MAX_N = 256  # widest intermediate kept on chip
-
-
-def b2b_fused(n: int) -> bool:
-    return n <= B2B_MAX_N
-
-
-def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    M, K = a.shape
-    N, P = c.shape
-    out = torch.empty((M, P), device=a.device, dtype=a.dtype)
-    if M == 0 or P == 0:
-        return out
-    _b2b_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](
-        a, b, c, out, M, N, K, P,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), out.stride(0), out.stride(1),
-        PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N))
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
 # Registered wrappers: same signatures and outputs as the eager functions.
 
 
@@ -594,7 +507,7 @@ def _describe_gemm(shape, dtype):
     # the case's operands are contiguous: the key the wrapper used
     rec = fastest_record(("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0))
     if rec and GEMM_IMPL == "auto":
-        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items())
+        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items()) or "cached from an earlier run"
         what = {"ptr": "tiled GEMM (pointer loads) + fused epilogue", "tma": "TMA GEMM + fused epilogue",
                 "splitk": f"split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"}
         return f"{note}, {what[rec[0]]} (fastest of the kernels timed here: {times})"
@@ -614,17 +527,3 @@ def matmul_relu(a, b):
 @triton_kernel("matmul_add_relu", supports=_supports, describe=_describe_gemm, interpretable=True)
 def matmul_add_relu(a, b, bias):
     return gemm(a, b, bias=bias, relu=True)
-
-
-def _describe_b2b(shape, dtype):
-    n = shape[1]
-    if b2b_fused(n):
-        return f"{precision_note(dtype)}, fused b2b (intermediate on chip, N={n} <= {B2B_MAX_N})"
-    return f"{precision_note(dtype)}, two GEMMs (N={n} > {B2B_MAX_N}: intermediate too wide for the chip)"
-
-
-@triton_kernel("matmul_matmul", supports=_supports, describe=_describe_b2b, interpretable=True)
-def matmul_matmul(a, b, c):
-    if b2b_fused(b.shape[1]):
-        return b2b(a, b, c)
-    return gemm(gemm(a, b), c)

@@ -9,7 +9,7 @@
 Every kernel works on 2-D tiles with explicit strides, so any row (and column) stride is read in
 place.  When all operands are contiguous and of one shape, the wrappers view them as one row of
 M*N elements: tiles then never straddle a ragged row end, and every load is a 16-byte vector.
-Otherwise ALIGN (utils.vector_align of N and the row strides; the kernels rewrite them as
+Otherwise ALIGN (vector_align of N and the row strides; the kernels rewrite them as
 multiples of it) lets the compiler use 16-byte vectors for rows whose length is not a multiple
 of 16, e.g. 3000x5000.
 
@@ -24,11 +24,9 @@ loads its (M, N) tile of `inp` row-wise and the matching tiles of `bias_t` and `
 their own (N, M) orientation, so that all three loads are coalesced, and transposes on chip once:
 row-major output adds bias and residual in their orientation, transposes the sum and adds `inp`;
 column-major output transposes `inp` and stores in the (N, M) orientation.  Either is a valid
-(M, N) result (callers that need one layout ask for it with .contiguous()).  On an H200 (session
-14, paired timing against Inductor): column-major output with tiles in column order
-(column_order_plans) took 32768x8192, 65536x4096 and 32768x2048 from 0.94-0.97x to 1.00x
-Inductor; with fewer rows (128x16384, 256x8192, ...) load hints won instead (hinted tiles, see
-TRANSPOSED_HINTED_PLANS: 0.94-0.95x before, 1.04-1.19x after).
+(M, N) result (callers that need one layout ask for it with .contiguous()).  Column-major output
+with tiles in column order (column_order_plans) serves the tall tensors; with fewer rows
+(128x16384, 256x8192, ...) load hints serve instead (TRANSPOSED_HINTED_PLANS).
 """
 from __future__ import annotations
 
@@ -39,8 +37,12 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import utils
+from fusebench.kernels.device import cdiv, num_sms
+from fusebench.kernels.plans import TilePlan, as_2d_strided, tile_2d_plans, unique, vector_align
 from fusebench.kernels.registry import triton_kernel
+from fusebench.kernels.tuning import autotune, key_of, source_hash
+
+_SOURCE = functools.partial(source_hash, __name__)
 
 
 @triton.jit
@@ -205,13 +207,14 @@ def _flat(*ts: torch.Tensor):
 
 def _run(name, operands, launch, plan):
     """`launch(plan, *operands)` (the inputs, then the output); without a plan, the autotuned tile
-    for these operands."""
+    for these operands.  Returns the plan launched."""
     out = operands[-1]
     if plan is None:
         M, N = out.shape
         plans = functools.partial(element_wise_plans, M, N, out.device, traffic_bytes(*operands))
-        plan = utils.autotune((name, *utils.key_of(*operands)), plans, launch, out.device, operands)
+        plan = autotune((name, *key_of(*operands)), plans, launch, out.device, operands, source=_SOURCE())
     launch(plan, *operands)
+    return plan
 
 
 # Tensors of at most HINTED_MAX_BYTES of traffic (a few L2s) also try the heuristic's first two
@@ -225,36 +228,36 @@ def traffic_bytes(*operands: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in operands)
 
 
-def element_wise_plans(M: int, N: int, device, traffic: int) -> list[utils.TilePlan]:
-    plans = utils.tile_2d_plans(M, N, min_programs=utils.num_sms(device))
+def element_wise_plans(M: int, N: int, device, traffic: int) -> list[TilePlan]:
+    plans = tile_2d_plans(M, N, min_programs=num_sms(device))
     if traffic <= HINTED_MAX_BYTES:
         plans += [replace(p, evict=e) for e in ("evict_first", "evict_last") for p in plans[:2]]
     return plans
 
 
 def _align(n, *ts: torch.Tensor) -> int:
-    """utils.vector_align for a row length n and the row strides of `ts` (1 unless their
+    """vector_align for a row length n and the row strides of `ts` (1 unless their
     columns are contiguous, when no vector would help)."""
     if any(t.dim() == 2 and t.stride(1) != 1 and t.shape[1] > 1 for t in ts):
         return 1
-    return utils.vector_align(ts[0].element_size(), n, *(t.stride(0) for t in ts if t.dim() == 2))
+    return vector_align(ts[0].element_size(), n, *(t.stride(0) for t in ts if t.dim() == 2))
 
 
-def _grid(M, N, p: utils.TilePlan):
-    return (utils.cdiv(M, p.block_m) * utils.cdiv(N, p.block_n),)
+def _grid(M, N, p: TilePlan):
+    return (cdiv(M, p.block_m) * cdiv(N, p.block_n),)
 
 
-def _grid_kind(M, N, p: utils.TilePlan) -> str:
+def _grid_kind(M, N, p: TilePlan) -> str:
     """_tile's GRID: "cols" when one block of rows covers M, "rows" when one block of columns
     covers N, else "both"."""
     return "cols" if M <= p.block_m else "rows" if N <= p.block_n else "both"
 
 
-def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
-    x = utils.as_2d_strided(x)
+def pointwise_chain_impl(x: torch.Tensor, plan: TilePlan | None = None, return_plan: bool = False):
+    x = as_2d_strided(x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
-        return y
+        return (y, None) if return_plan else y
     xs, ys = _flat(x, y) or (x, y)
     M, N = ys.shape
 
@@ -263,36 +266,36 @@ def pointwise_chain_impl(x: torch.Tensor, plan: utils.TilePlan | None = None):
                                                 BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
                                                 EVICT=p.evict, num_warps=p.num_warps)
 
-    _run("pointwise_chain", (xs, ys), launch, plan)
-    return y
+    plan = _run("pointwise_chain", (xs, ys), launch, plan)
+    return (y, plan) if return_plan else y
 
 
-def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: utils.TilePlan | None = None):
-    inp = utils.as_2d_strided(inp)
+def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: TilePlan | None = None, return_plan: bool = False):
+    inp = as_2d_strided(inp)
     M, N = inp.shape
     if bias.shape != (N,):
         raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
     y = torch.empty((M, N), dtype=torch.result_type(inp, bias), device=inp.device)
     if y.numel() == 0:
-        return y
+        return (y, None) if return_plan else y
 
     def launch(p, x, b, out):
         _bias_gelu_kernel[_grid(M, N, p)](x, b, out, M, N, *x.stride(), b.stride(0), N, ALIGN=_align(N, x, out),
                                           BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
                                           EVICT=p.evict, num_warps=p.num_warps)
 
-    _run("bias_gelu", (inp, bias, y), launch, plan)
-    return y
+    plan = _run("bias_gelu", (inp, bias, y), launch, plan)
+    return (y, plan) if return_plan else y
 
 
 def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
-                          plan: utils.TilePlan | None = None):
-    inp, bias, residual = (utils.as_2d_strided(t) for t in (inp, bias, residual))
+                          plan: TilePlan | None = None, return_plan: bool = False):
+    inp, bias, residual = (as_2d_strided(t) for t in (inp, bias, residual))
     if not inp.shape == bias.shape == residual.shape:
         raise ValueError("inp, bias and residual must have one shape")
     y = torch.empty(inp.shape, dtype=torch.result_type(residual, inp), device=inp.device)
     if y.numel() == 0:
-        return y
+        return (y, None) if return_plan else y
     xs, bs, rs, ys = _flat(inp, bias, residual, y) or (inp, bias, residual, y)
     M, N = ys.shape
 
@@ -302,82 +305,73 @@ def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch
                                                  BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), EVICT=p.evict,
                                                  num_warps=p.num_warps)
 
-    _run("bias_dropout_add", (xs, bs, rs, ys), launch, plan)
-    return y
+    plan = _run("bias_dropout_add", (xs, bs, rs, ys), launch, plan)
+    return (y, plan) if return_plan else y
 
 
 # Square-ish tiles: both orientations need at least 32 contiguous elements for full 128-byte
 # lines.  The first is the best measured at most shapes on an H200.
-TRANSPOSED_PLANS = [utils.TilePlan(64, 64, 8), utils.TilePlan(128, 64, 8), utils.TilePlan(64, 64, 4),
-                    utils.TilePlan(32, 128, 4)]
+TRANSPOSED_PLANS = [TilePlan(64, 64, 8), TilePlan(128, 64, 8), TilePlan(64, 64, 4),
+                    TilePlan(32, 128, 4)]
 # Small tensors (fewer 64x64 tiles than two per SM): 32-element edges, four times the programs,
 # and Inductor's own tile for them (its pointwise autotuner kept 16 x 256 over (N, M) with 8 warps
-# at 512x1024 on an H200: half-line reads of `inp`, full lines of the (N, M) operands).  The
-# session-3 grid had this kernel at 0.78-0.95x Inductor on such tensors with the plans above only;
-# the 32-element tiles then won at 20 of 34 such shapes with times unchanged (session 4).
-TRANSPOSED_SMALL_PLANS = [utils.TilePlan(32, 32, 4), utils.TilePlan(32, 64, 4), utils.TilePlan(64, 32, 4),
-                          utils.TilePlan(256, 16, 8), utils.TilePlan(128, 32, 8)]
+# at 512x1024: half-line reads of `inp`, full lines of the (N, M) operands).
+TRANSPOSED_SMALL_PLANS = [TilePlan(32, 32, 4), TilePlan(32, 64, 4), TilePlan(64, 32, 4),
+                          TilePlan(256, 16, 8), TilePlan(128, 32, 8)]
 
 
 # Large tensors: the 64x64 tiles also in grouped order (TilePlan.group_m).  Column blocks fastest,
 # the programs running at once read the (N, M) operands in 256-byte pieces one row stride (4M
-# bytes) apart; grouped, neighbouring programs also read neighbouring pieces.  Tried for the two
-# shapes where every plan was 4-8% slower than at 16384x16384 (32768x8192, 65536x4096: strides of
-# 128 and 256 KiB) and below 0.95x Inductor: no help there (session 11, H200); 2% faster at
-# 8192x8192 (0.248 against 0.253 ms), and kept at 23 of the grid's shapes (session 11).
+# bytes) apart; grouped, neighbouring programs also read neighbouring pieces.
 TRANSPOSED_GROUPED_PLANS = [replace(p, group_m=g) for g in (8, 32) for p in TRANSPOSED_PLANS[::2]]
 
 
 # Column-major output (eager's and Inductor's layout, see the module docstring): Inductor's tiles
-# for it (32x32 with 4 warps at 128x16384, 64x64 with 8 at 32768x2048; session 13) and ours.
+# for it (32x32 with 4 warps at 128x16384, 64x64 with 8 at 32768x2048) and ours.
 TRANSPOSED_COLUMN_MAJOR_PLANS = [replace(p, out_t=True) for p in
-                                 (utils.TilePlan(64, 64, 8), utils.TilePlan(32, 32, 4), utils.TilePlan(64, 64, 4))]
+                                 (TilePlan(64, 64, 8), TilePlan(32, 32, 4), TilePlan(64, 64, 4))]
 
 
 # Loads with an L2 eviction hint, for tensors that fit in L2 several times over (at most
-# HINTED_MAX_BYTES of traffic).  Inductor loads all three inputs evict_last here, and at 128x16384
-# it was 5-7% faster than every unhinted tile of ours when timed as cells are (after the warm call,
-# see measure.timing), but not without the warm call, where ours was 4-10% faster (session 14,
-# calls 1-2, H200).  The guess: the warm call leaves its output's lines dirty in L2 at the address
-# the timed call writes to; unhinted loads evict those lines (a write-back inside the timed call),
-# hinted ones evict lines of their own class first.  A model's step leaves L2 much the same, so
-# the hint is a candidate like any other, chosen by the same timing: kept at 128x16384, 256x8192,
-# 256x16384, 128x32768 and 4096x1024, now 1.04-1.19x Inductor (paired, call 3).
+# HINTED_MAX_BYTES of traffic).  Inductor loads all three inputs evict_last here.  The likely
+# reason it matters: the warm call (measure.timing) leaves its output's lines dirty in L2 at the
+# address the timed call writes to; unhinted loads evict those lines (a write-back inside the
+# timed call), hinted ones evict lines of their own class first.  A model's step leaves L2 much
+# the same, so the hint is a candidate like any other, chosen by the same timing.
 TRANSPOSED_HINTED_PLANS = [replace(p, evict=e) for e in ("evict_last", "evict_first")
-                           for p in (utils.TilePlan(64, 64, 8), utils.TilePlan(128, 64, 8),
-                                     utils.TilePlan(64, 64, 8, out_t=True))]
+                           for p in (TilePlan(64, 64, 8), TilePlan(128, 64, 8),
+                                     TilePlan(64, 64, 8, out_t=True))]
 
 
-def column_order_plans(M: int) -> list[utils.TilePlan]:
+def column_order_plans(M: int) -> list[TilePlan]:
     """64x64 tiles in column order -- every row block of a column block before the next one (one
     group of all row blocks), the order of Inductor's 2-D grid here -- with either output layout.
-    Column-major output in this order reads and writes the (N, M) tensors along their rows.  For
-    32768x8192 and 65536x4096 (the (N, M) row strides 128 and 256 KiB), where every other plan
-    was 4-7% slower than at 16384x16384 (session 14, call 4, 4x H200; session 11 the same)."""
-    return [utils.TilePlan(64, 64, w, group_m=utils.cdiv(M, 64), out_t=t) for t in (True, False) for w in (8, 4)]
+    Column-major output in this order reads and writes the (N, M) tensors along their rows: for
+    tensors whose (N, M) row strides are 128 KiB or more (32768x8192, 65536x4096)."""
+    return [TilePlan(64, 64, w, group_m=cdiv(M, 64), out_t=t) for t in (True, False) for w in (8, 4)]
 
 
-def transposed_plans(M: int, N: int, device, traffic: int) -> list[utils.TilePlan]:
+def transposed_plans(M: int, N: int, device, traffic: int) -> list[TilePlan]:
     """The transposed kernel's candidates; `traffic`: traffic_bytes of its operands."""
     hinted = TRANSPOSED_HINTED_PLANS if traffic <= HINTED_MAX_BYTES else []
-    if utils.cdiv(M, 64) * utils.cdiv(N, 64) < 2 * utils.num_sms(device):
+    if cdiv(M, 64) * cdiv(N, 64) < 2 * num_sms(device):
         return TRANSPOSED_PLANS + TRANSPOSED_SMALL_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
-    return utils.unique(TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
+    return unique(TRANSPOSED_PLANS + TRANSPOSED_GROUPED_PLANS + TRANSPOSED_COLUMN_MAJOR_PLANS + hinted
                         + column_order_plans(M))
 
 
 def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
-                                     plan: utils.TilePlan | None = None):
+                                     plan: TilePlan | None = None, return_plan: bool = False):
     """residual_t.T + (inp + bias_t.T) as an (M, N) tensor, row- or column-major as the plan says
     (see the module docstring)."""
-    inp, bias_t, residual_t = (utils.as_2d_strided(t) for t in (inp, bias_t, residual_t))
+    inp, bias_t, residual_t = (as_2d_strided(t) for t in (inp, bias_t, residual_t))
     M, N = inp.shape
     if bias_t.shape != (N, M) or residual_t.shape != (N, M):
         raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
     # One buffer for either layout: the plan decides how the kernel fills it and how it is viewed.
     buf = torch.empty(M * N, dtype=torch.result_type(residual_t, inp), device=inp.device)
     if buf.numel() == 0:
-        return buf.view(M, N)
+        return (buf.view(M, N), None) if return_plan else buf.view(M, N)
 
     def launch(p, x, bt, rt, out):
         _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
@@ -387,33 +381,38 @@ def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, re
 
     operands = (inp, bias_t, residual_t, buf)
     if plan is None:
-        plan = utils.autotune(("bias_dropout_add_transposed", *utils.key_of(inp, bias_t, residual_t)),
+        plan = autotune(("bias_dropout_add_transposed", *key_of(inp, bias_t, residual_t)),
                               functools.partial(transposed_plans, M, N, inp.device, traffic_bytes(*operands)), launch,
-                              inp.device, operands)
+                        inp.device, operands, source=_SOURCE())
     launch(plan, *operands)
-    return buf.view(N, M).t() if plan.out_t else buf.view(M, N)
+    out = buf.view(N, M).t() if plan.out_t else buf.view(M, N)
+    return (out, plan) if return_plan else out
 
 
 def _describe_tiles(shape, dtype):
-    return utils.tile_2d_plans(*shape)[0].describe()
+    return tile_2d_plans(*shape)[0].describe()
 
 
-@triton_kernel("pointwise_chain", interpretable=True, describe=_describe_tiles)
+@triton_kernel("pointwise_chain", interpretable=True, describe=_describe_tiles,
+               run=functools.partial(pointwise_chain_impl, return_plan=True))
 def pointwise_chain(x):
     return pointwise_chain_impl(x)
 
 
-@triton_kernel("bias_gelu", interpretable=True, describe=_describe_tiles)
+@triton_kernel("bias_gelu", interpretable=True, describe=_describe_tiles,
+               run=functools.partial(bias_gelu_impl, return_plan=True))
 def bias_gelu(inp, bias):
     return bias_gelu_impl(inp, bias)
 
 
-@triton_kernel("bias_dropout_add", interpretable=True, describe=_describe_tiles)
+@triton_kernel("bias_dropout_add", interpretable=True, describe=_describe_tiles,
+               run=functools.partial(bias_dropout_add_impl, return_plan=True))
 def bias_dropout_add(inp, bias, residual):
     return bias_dropout_add_impl(inp, bias, residual)
 
 
 @triton_kernel("bias_dropout_add_transposed", interpretable=True,
-               describe=lambda shape, dtype: "transpose-aware tiles, row- or column-major output")
+               describe=lambda shape, dtype: "transpose-aware tiles, row- or column-major output",
+               run=functools.partial(bias_dropout_add_transposed_impl, return_plan=True))
 def bias_dropout_add_transposed(inp, bias_t, residual_t):
     return bias_dropout_add_transposed_impl(inp, bias_t, residual_t)

@@ -25,16 +25,19 @@ class TritonKernel:
     # (plan, device) -> the note for the launch plan the autotuner chose, where the plan's own
     # describe() leaves out what the kernel decides at launch (layernorm's weight held or not)
     describe_plan: Callable[[object, str], str] | None = None
+    # (*inputs) -> (outputs, the launch plan they ran with): kernels that choose a plan per shape
+    run: Callable[..., tuple] | None = None
 
 
 KERNELS: dict[str, TritonKernel] = {}
 
 
-def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None):
+def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None,
+                  run=None):
     """Decorator: register `fn` as fusebench's Triton implementation of `case`."""
 
     def wrap(fn: Callable) -> Callable:
-        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan)
+        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan, run)
         return fn
 
     return wrap

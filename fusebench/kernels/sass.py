@@ -4,8 +4,8 @@ The property checked here is memory-level parallelism of the single-pass kernels
 load is issued before the first barrier.  A barrier waits for the shared-memory stores before it,
 and those store loaded data; a load issued after it starts only once an earlier load has come back
 from DRAM -- a second round trip, about a microsecond on a small tensor after the L2 flush.
-Session 6 found the transposed add doing exactly that (the compiler had moved `inp` into the
-others' layout through shared memory before it issued their loads).
+A kernel can do exactly that: the compiler may move one input into the others' layout through
+shared memory before it issues their loads.
 
     python -m fusebench.kernels.sass        # the memory-op order of each single-pass kernel, as JSON
     python -m fusebench.kernels.sass --usage  # registers and spilled bytes of the unmasked long-row plans
@@ -13,8 +13,8 @@ others' layout through shared memory before it issued their loads).
                                               # with their async copies (the staged plans' rounds)
 
 The second property: no spills in the long-row plans that Inductor's kernels match (per-element
-masks hold registers; see utils.within).  The third: the cooperative plans fit their programs per
-SM (utils.coop_launch_args caps their registers) with little spilled.
+masks hold registers; see exchange.within).  The third: the cooperative plans fit their programs per
+SM (coop_launch_args caps their registers) with little spilled.
 
 Needs Triton's bundled ptxas and cuobjdump (the NVIDIA backend's bin/), and the kernels compiled
 by the real JIT, not the interpreter (run it with TRITON_INTERPRET unset).
@@ -125,22 +125,21 @@ def resource_usage(kernel, constexprs: dict, num_warps: int, arch: int = 90,
 def single_pass_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps): the one-launch, one-read plans of the memory-bound
     cases at typical tiles (fp32, contiguous rows: the column strides are the JIT's constant 1)."""
-    from fusebench.kernels import horizontal as hor, norms, pointwise as pw, softmax as sm
+    from fusebench.kernels import horizontal as hor, pointwise as pw
+    from fusebench.kernels.rowwise import Mode
 
     rows = dict(ALIGN=4, BLOCK_M=1)
-    out = {
-        "softmax 1x4096": (sm._softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
-        "double_softmax 1x4096": (sm._double_softmax_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
-        "softmax_backward 1x4096": (sm._softmax_bwd_tile_kernel,
-                                    dict(rows, BLOCK_N=4096, stride_dyn=1, stride_yn=1, EVEN=True), 8),
-        "layernorm 1x8192 (parameters with the rows)": (norms._layernorm_tile_kernel,
-                                                        dict(rows, BLOCK_N=8192, stride_xn=1, PREFETCH=True), 16),
-        "norm_chain 1x4096": (norms._norm_chain_tile_kernel, dict(rows, BLOCK_N=4096, stride_xn=1), 8),
+    out = {f"{name} 1x{n}{note}": _rowwise(name, Mode.TILE, dict(rows, BLOCK_N=n, PREFETCH=prefetch), warps)
+           for name, n, warps, prefetch, note in [
+               ("softmax", 4096, 8, False, ""), ("double_softmax", 4096, 8, False, ""),
+               ("softmax_backward", 4096, 8, False, ""),
+               ("layernorm", 8192, 16, True, " (parameters with the rows)"), ("norm_chain", 4096, 8, False, "")]}
+    out.update({
         "horizontal_reduction_pointwise 1x4096": (hor._horizontal_tile_kernel, dict(
             rows, BLOCK_N=4096, stride_an=1, WITH_COS=True, WITH_MAX=False, EVICT=""), 8),
         "horizontal_reduction_reduction 1x4096": (hor._horizontal_tile_kernel, dict(
             rows, BLOCK_N=4096, stride_an=1, WITH_COS=False, WITH_MAX=True, EVICT="evict_first"), 8),
-    }
+    })
     for p in pw.TRANSPOSED_PLANS + pw.TRANSPOSED_SMALL_PLANS + pw.TRANSPOSED_GROUPED_PLANS:
         group = f" grouped {p.group_m}" if p.group_m > 1 else ""
         out[f"bias_dropout_add_transposed {p.block_m}x{p.block_n} {p.num_warps}w{group}"] = (
@@ -151,47 +150,54 @@ def single_pass_kernels() -> dict[str, tuple]:
     return out
 
 
+def _rowwise(name: str, mode, consts: dict, *rest) -> tuple:
+    """(kernel, constexprs, *rest) for row-wise op `name` in `mode`, as rowwise.launch builds it for
+    contiguous rows (EVEN where the op has it: rows a whole number of steps)."""
+    from fusebench.kernels import norms, rowwise, softmax as sm
+
+    op = {"softmax": sm.SOFTMAX, "double_softmax": sm.DOUBLE_SOFTMAX, "softmax_backward": sm.SOFTMAX_BACKWARD,
+          "layernorm": norms.LAYERNORM, "norm_chain": norms.NORM_CHAIN}[name]
+    unit = dict(stride_an=1, stride_bn=1)
+    flags = {rowwise.Mode.TILE: dict(EVEN=op.even, WHOLE_ROWS=op.even),
+             rowwise.Mode.LOOP: dict(EVEN=op.even, PREFETCH_LOOP=op.prefetch_loop),
+             rowwise.Mode.COOP: dict(K=op.stats_k)}.get(mode, {})
+    return (rowwise.KERNELS[mode], {**unit, **rowwise.steps(op, mode), **flags, **consts}, *rest)
+
+
 def unmasked_long_row_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps): long-row plans that must not spill, built as the
-    launcher builds them for rows that are a whole number of steps (EVEN, see utils.within)."""
-    from fusebench.kernels import softmax as sm
+    launcher builds them for rows that are a whole number of steps (EVEN, see exchange.within)."""
+    from fusebench.kernels.rowwise import Mode
 
-    two = dict(ALIGN=4, stride_dyn=1, stride_yn=1, EVEN=True)
-    return {
-        # Inductor's kernel for this case (session 11): one 32-warp program per row, passes of one
-        # 32768-column step.  With the column masks ptxas spilled 48 bytes (session 16).
-        "softmax_backward loop 32768 32w": (sm._softmax_bwd_loop_kernel, dict(two, BLOCK_N=32768, STAGES=None), 32),
-        "softmax_backward loop 16384 16w": (sm._softmax_bwd_loop_kernel, dict(two, BLOCK_N=16384, STAGES=None), 16),
-    }
+    # Inductor's shape for this case: one 32-warp program per row, passes of one 32768-column step
+    # (with column masks ptxas spills it)
+    return {f"softmax_backward loop {n} {w}w": _rowwise("softmax_backward", Mode.LOOP,
+                                                           dict(ALIGN=4, BLOCK_N=n, STAGES=None), w)
+            for n, w in ((32768, 32), (16384, 16))}
 
 
 def cooperative_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps, register cap): the five cooperative kernels at
-    65536 fp32 columns in each of the plans utils.row_plans lists without the prefetch (with it,
-    the registers hold two chunks, and ptxas spills 24-136 bytes in some: the autotuner times
+    65536 fp32 columns in each of the plans row_plans lists without the prefetch (with it,
+    the registers hold two chunks, and ptxas spills 24-136 bytes in some: the tuner times
     them like the others), unstaged and, where that fits, staged 2 deep; layernorm's as
     launched, holding weight and bias where norms.layernorm_holds_wb says so."""
-    from fusebench.kernels import norms, softmax as sm
-    from fusebench.kernels.utils import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
+    from fusebench.kernels import norms
+    from fusebench.kernels.plans import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
+    from fusebench.kernels.rowwise import Mode
 
-    kernels = {"softmax": (sm._softmax_coop_kernel, dict(stride_xn=1), 1),
-               "double_softmax": (sm._double_softmax_coop_kernel, dict(stride_xn=1), 1),
-               "softmax_backward": (sm._softmax_bwd_coop_kernel, dict(stride_dyn=1, stride_yn=1), 2),
-               "layernorm": (norms._layernorm_coop_kernel, dict(stride_xn=1), 1),
-               "norm_chain": (norms._norm_chain_coop_kernel, dict(stride_xn=1), 1)}
     out = {}
-    for name, (kernel, strides, row_inputs) in kernels.items():
+    for name, row_inputs in (("softmax", 1), ("double_softmax", 1), ("softmax_backward", 2), ("layernorm", 1),
+                             ("norm_chain", 1)):
         for chunk, warps, per_sm in COOP_SHAPES:
             cap = coop_register_cap(per_sm, warps)
             staged_fits = stages_fit(per_sm, 2, chunk, 4, row_inputs, shared_memory_per_program("cpu"))  # sm_90's
             for stages in (1, 2) if staged_fits else (1,):
-                consts = dict(strides, ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False,
-                              WARPS=warps, STAGES=stages)
+                hold = name == "layernorm" and norms.layernorm_holds_wb(chunk, warps, cap, False)
+                consts = dict(ALIGN=4, BLOCK_N=chunk, BLOCK_S=65536 // chunk, PREFETCH=False, WARPS=warps,
+                              STAGES=stages, HOLD=hold)
                 label = f"{name} coop {chunk} {warps}w {per_sm}/SM" + (" staged" if stages > 1 else "")
-                if name == "layernorm":
-                    consts["HOLD_WB"] = norms.layernorm_holds_wb(chunk, warps, cap, False)
-                    label += " weight held" if consts["HOLD_WB"] else ""
-                out[label] = (kernel, consts, warps, cap)
+                out[label + (" weight held" if hold else "")] = _rowwise(name, Mode.COOP, consts, warps, cap)
     return out
 
 

@@ -8,7 +8,7 @@ older ones out.
 Those stores leave L2 full of dirty lines, and whoever evicts them writes them back to DRAM: the
 timed call, unless the flush does it first.  The read sweep loads a second buffer twice the L2's
 size, evict_last too, so that its clean lines replace the dirty ones and the write-back happens
-before the timed call (session 10: 3-5 us of a 65-70 us call at 128 MiB on an H200).
+before the timed call.
 
 Both leave L2 full of evict_last lines, which a call's own loads then compete with: lines it loads
 with no hint or evict_first are evicted before them.  Mode "discard" instead drops the stores'
@@ -16,7 +16,7 @@ lines without writing them back (discard.global.L2): the timed call starts with 
 when a GPU call is timed, so that importing fusebench on the CPU does not compile anything.
 
 `discard_outputs` drops the warm call's outputs from L2 the same way: left dirty there, they were
-written back inside the timed call (session 21, H100: 5-9 us of 87-143 us calls at 256 MiB).
+written back inside the timed call.
 
 `touch_pages` reads one byte every 64 KiB of the timed call's inputs after the flush (see
 timing's warm call): the address translations of their pages are walked again, while the data

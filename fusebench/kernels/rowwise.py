@@ -1,0 +1,482 @@
+"""One set of kernels for every row-wise op: a reduction over each row of an (M, N) tensor, then
+an element-wise step that uses its result (softmax, softmax backward, layernorm, ...).
+
+An op is a `RowOp`: small @triton.jit functions, passed to the generic kernels below as
+`tl.constexpr` arguments, so that each op's kernels are compiled from the same skeleton with its
+own steps inlined:
+
+    load(src, row, cols, mask, POLICY, F32)  a chunk of the row inputs (a tuple; in fp32 if F32)
+    params(prm, cols, mask)             the per-column parameters at `cols` (a tuple, maybe empty)
+    shift(src, row, mask)               a per-row constant the statistics are taken about (or 0)
+    init(BLOCK_N)                       per-lane running statistics, empty
+    acc(chunk, state, ok, k)            the statistics with one more chunk (`ok`: its columns < N,
+                                        or None for a whole chunk)
+    total(state)                        the per-lane statistics summed across lanes
+    merge(stats, N, eps, k)             the row's constants for the element-wise step
+    apply(chunk, p, consts)             the output at a chunk, in fp32
+    tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)  the output of whole rows held on chip
+    coop_stats(chunk, ok, k)            (the chunk as kept, a chunk-local value, the partial
+                                        results published to the row's other programs)
+    coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S) the constants from all partials
+    coop_apply(chunk, p, consts)        the output at a kept chunk
+    reread_init(), reread_acc(chunk, stats, ok, k)  scalar statistics, a big step at a time
+
+Plan modes (plans.RowPlan):
+
+* tile:   a program holds BLOCK_M whole rows in registers: one read, one write.
+* loop:   a program makes two passes over a row in BLOCK_N-column steps, a statistics pass and a
+          writing pass that walks the row backwards (the chunks read last, most likely still in
+          L2, are read first), then takes row + P.  STAGES None: plain loads; >= 2: tl.range's
+          shared-memory pipeline; 1: the next step's loads issued into registers before this
+          step is used.
+* stream: as loop, on persistent programs, with both passes of all of a program's rows one chain
+          of steps whose next loads are always in flight (a loop's passes drain at every pass
+          and row boundary), and a row's last chunk written from registers instead of re-read.
+* reread: persistent programs whose first pass takes big steps, each reduced at once to
+          scalars (so a step can be a whole 32768-column row), and whose second pass re-reads
+          the row, mostly from L2, in steps of BLOCK_N2.
+* coop:   SPLITS programs per row each hold a chunk in registers and exchange their partial
+          results (exchange.publish / collect): one read, one launch.  GPU only.
+
+Memory access, the same for every op: a two-pass plan's first pass loads evict_last (the second
+re-reads) and its second pass loads and stores evict_first (the output streaming through L2 must
+not push out rows waiting for their second pass); one-read plans (tile, coop) and per-column
+parameters load without a hint.  ALIGN (see
+plans.vector_align) divides N and the row strides; rewriting them as multiples of it lets the
+compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row offsets are
+64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
+`even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import device, exchange, plans, tuning
+from fusebench.kernels.exchange import collect, coop_layout, exchange_finish, exchange_slots, publish, within
+
+
+class Mode(enum.Enum):
+    TILE = "tile"
+    LOOP = "loop"
+    STREAM = "stream"
+    REREAD = "reread"
+    COOP = "coop"
+
+
+# ----------------------------------------------------------------------------------------------
+# device-side helpers shared by the ops
+
+
+@triton.jit
+def load_at(ptr, mask, other, POLICY: tl.constexpr):
+    """tl.load with `mask` (and `other`), or unmasked when mask is None."""
+    if mask is None:
+        return tl.load(ptr, eviction_policy=POLICY)
+    else:
+        return tl.load(ptr, mask=mask, other=other, eviction_policy=POLICY)
+
+
+@triton.jit
+def tile_ptrs(ptr, row0, r, c, stride_m, stride_n):
+    """Pointers to rows row0 + r, columns c (a [len(r), len(c)] block)."""
+    return ptr + row0 * stride_m + r[:, None] * stride_m + c[None, :] * stride_n
+
+
+# ----------------------------------------------------------------------------------------------
+# the two passes of a looped row
+
+
+@triton.jit
+def _stats_pass(src, row, k, lo, hi, N, LOAD: tl.constexpr, INIT: tl.constexpr, ACC: tl.constexpr,
+                TOTAL: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN: tl.constexpr,
+                PREFETCH_LOOP: tl.constexpr):
+    # The statistics of columns [lo, hi) of `row`, lanes summed.
+    c = tl.arange(0, BLOCK_N)
+    state = INIT(BLOCK_N)
+    if STAGES == 1 and PREFETCH_LOOP:  # the next step's loads in flight (registers) while this one is reduced
+        cols = lo + c
+        chunk = LOAD(src, row, cols, cols < N, "evict_last", False)
+        for start in tl.range(lo + BLOCK_N, hi + BLOCK_N, BLOCK_N):
+            cols_next = start + c
+            chunk_next = LOAD(src, row, cols_next, (cols_next < N) & (cols_next < hi), "evict_last", False)
+            state = ACC(chunk, state, cols < N, k)
+            cols = cols_next
+            chunk = chunk_next
+    else:
+        for start in tl.range(lo, hi, BLOCK_N, num_stages=STAGES):
+            cols = start + c
+            ok = within(cols, N, EVEN)
+            state = ACC(LOAD(src, row, cols, ok, "evict_last", False), state, ok, k)
+    return TOTAL(state)
+
+
+@triton.jit
+def _write_pass(src, prm, out_row, row, consts, lo, hi, N, LOAD: tl.constexpr, PARAMS: tl.constexpr,
+                APPLY: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN: tl.constexpr,
+                PREFETCH_LOOP: tl.constexpr):
+    # out[lo:hi] = APPLY(inputs), last chunk first (those were read last, most likely still in L2).
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(hi - lo, BLOCK_N)
+    if STAGES == 1 and PREFETCH_LOOP:  # the next (lower) chunk's loads in flight while this one is written
+        cols = lo + (n_chunks - 1) * BLOCK_N + c
+        chunk = LOAD(src, row, cols, cols < N, "evict_first", False)
+        p = PARAMS(prm, cols, cols < N)
+        for j in tl.range(1, n_chunks + 1):
+            cols_next = cols - BLOCK_N
+            ok = (cols_next < N) & (cols_next >= lo)
+            chunk_next = LOAD(src, row, cols_next, ok, "evict_first", False)
+            p_next = PARAMS(prm, cols_next, ok)
+            tl.store(out_row + cols, APPLY(chunk, p, consts).to(out_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy="evict_first")
+            cols = cols_next
+            chunk = chunk_next
+            p = p_next
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            cols = lo + (n_chunks - 1 - j) * BLOCK_N + c
+            ok = within(cols, N, EVEN)
+            chunk = LOAD(src, row, cols, ok, "evict_first", False)
+            p = PARAMS(prm, cols, ok)
+            tl.store(out_row + cols, APPLY(chunk, p, consts).to(out_row.dtype.element_ty), mask=ok,
+                     eviction_policy="evict_first")
+
+
+@triton.jit
+def _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
+             ALIGN: tl.constexpr):
+    # (N, src, prm, stride_om) with N and the row strides rewritten as multiples of ALIGN, which
+    # divides them: that tells the compiler it may use 16-byte vectors.
+    src = (a_ptr, b_ptr, stride_am // ALIGN * ALIGN, stride_an, stride_bm // ALIGN * ALIGN, stride_bn)
+    return N // ALIGN * ALIGN, src, (w_ptr, v_ptr), stride_om // ALIGN * ALIGN
+
+
+# ----------------------------------------------------------------------------------------------
+# the kernels: src = (a, b, a's row and column strides, b's), b is a for one-input ops;
+# prm = (the per-column parameters' pointers)
+
+
+@triton.jit
+def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
+                 eps, TILE: tl.constexpr, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 EVEN: tl.constexpr, WHOLE_ROWS: tl.constexpr, PREFETCH: tl.constexpr):
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
+    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N)
+    # WHOLE_ROWS (one row per program) and EVEN (N == BLOCK_N): no row or column masks.
+    mask = ((r < M - row0) | WHOLE_ROWS)[:, None] & within(c, N, EVEN)[None, :]
+    y = TILE(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)
+    tl.store(out_ptr + row0 * stride_om + r[:, None] * stride_om + c[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
+                 eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr, INIT: tl.constexpr,
+                 ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
+                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 PREFETCH_LOOP: tl.constexpr):
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
+    # Rows pid, pid + P, ... (P = the grid size): a statistics pass, then a writing pass.
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        k = SHIFT(src, row, None)
+        stats = _stats_pass(src, row, k, 0, N, N, LOAD, INIT, ACC, TOTAL, BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
+        consts = MERGE(stats, N, eps, k)
+        _write_pass(src, prm, out_ptr + row * stride_om, row, consts, 0, N, N, LOAD, PARAMS, APPLY,
+                    BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
+
+
+@triton.jit
+def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
+                   stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
+                   INIT: tl.constexpr, ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr,
+                   APPLY: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Persistent programs (rows pid, pid + P, ...), each making both passes over its rows as one
+    # chain of steps in which the next step's loads are always in flight, across the pass and row
+    # boundaries too; the row's last chunk, read last by the first pass, is written first by the
+    # second straight from registers.
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    n_chunks = tl.cdiv(N, BLOCK_N)
+    last = (n_chunks - 1) * BLOCK_N  # first column of a row's last chunk
+    row = pid.to(tl.int64)
+    # The first row's chunk 0 (a program may have no row: the row bound is folded into the columns'
+    # as the interpreter rejects a tensor mask `&` a scalar condition).
+    chunk = LOAD(src, row, c, c < tl.where(row < M, N, 0), "evict_last", False)
+    k = SHIFT(src, row, row < M)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        out_row = out_ptr + row * stride_om
+        # Pass 1, chunks 0 .. n-2 (`chunk` holds the current one): whole chunks.
+        state = INIT(BLOCK_N)
+        for start in tl.range(BLOCK_N, last + 1, BLOCK_N):  # start: the next chunk's first column
+            chunk_next = LOAD(src, row, start + c, start + c < N, "evict_last", False)
+            state = ACC(chunk, state, None, k)
+            chunk = chunk_next
+        # The last chunk: pass 2's next one (n-2, if any) in flight while the row's statistics are taken.
+        p = PARAMS(prm, last + c, last + c < N)
+        ok = last - BLOCK_N + c >= 0
+        chunk_next = LOAD(src, row, last - BLOCK_N + c, ok, "evict_first", False)
+        p_next = PARAMS(prm, last - BLOCK_N + c, ok)
+        consts = MERGE(TOTAL(ACC(chunk, state, last + c < N, k)), N, eps, k)
+        tl.store(out_row + last + c, APPLY(chunk, p, consts).to(out_row.dtype.element_ty), mask=last + c < N,
+                 eviction_policy="evict_first")
+        chunk = chunk_next
+        p = p_next
+        # Pass 2, chunks n-2 .. 1, whole chunks: no masks.
+        for j in tl.range(1, n_chunks - 1):
+            start = last - j * BLOCK_N  # the current chunk's first column
+            chunk_next = LOAD(src, row, start - BLOCK_N + c, None, "evict_first", False)
+            p_next = PARAMS(prm, start - BLOCK_N + c, None)
+            tl.store(out_row + start + c, APPLY(chunk, p, consts).to(out_row.dtype.element_ty),
+                     eviction_policy="evict_first")
+            chunk = chunk_next
+            p = p_next
+        # Chunk 0 (if the row has more than one), with the next row's chunk 0 in flight.
+        row_next = row + n_prog
+        chunk_next = LOAD(src, row_next, c, c < tl.where(row_next < M, N, 0), "evict_last", False)
+        k_next = SHIFT(src, row_next, row_next < M)
+        tl.store(out_row + c, APPLY(chunk, p, consts).to(out_row.dtype.element_ty),
+                 mask=c < tl.where(last > 0, N, 0), eviction_policy="evict_first")
+        chunk = chunk_next
+        k = k_next
+        row = row_next
+
+
+@triton.jit
+def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
+                   stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
+                   RINIT: tl.constexpr, RACC: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
+                   ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr):
+    # Reducing each first-pass step to scalars at once leaves two row-sized values per thread (this
+    # step's and the next one's), so a step can be a whole 32768-column row; the second pass
+    # carries its next step's inputs and parameters.
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    c = tl.arange(0, BLOCK_N)
+    c2 = tl.arange(0, BLOCK_N2)
+    for i in tl.range(0, tl.cdiv(M - pid, n_prog)):
+        row = (pid + i * n_prog).to(tl.int64)
+        out_row = out_ptr + row * stride_om
+        k = SHIFT(src, row, None)
+        stats = RINIT()
+        chunk = LOAD(src, row, c, c < N, "evict_last", False)
+        for start in tl.range(BLOCK_N, N + BLOCK_N, BLOCK_N):  # start: the next step's first column
+            chunk_next = LOAD(src, row, start + c, start + c < N, "evict_last", False)
+            stats = RACC(chunk, stats, start - BLOCK_N + c < N, k)
+            chunk = chunk_next
+        consts = MERGE(stats, N, eps, k)
+        # Pass 2, last step first (read last by pass 1: most likely still in L2).
+        cols = (tl.cdiv(N, BLOCK_N2) - 1) * BLOCK_N2 + c2
+        chunk = LOAD(src, row, cols, cols < N, "evict_first", False)
+        p = PARAMS(prm, cols, cols < N)
+        for j in tl.range(0, tl.cdiv(N, BLOCK_N2)):
+            nxt = cols - BLOCK_N2
+            ok = nxt >= 0  # (nxt < N: the step before a row's last is whole)
+            chunk_next = LOAD(src, row, nxt, ok, "evict_first", False)
+            p_next = PARAMS(prm, nxt, ok)
+            tl.store(out_row + cols, APPLY(chunk, p, consts).to(out_row.dtype.element_ty), mask=cols < N,
+                     eviction_policy="evict_first")
+            cols = nxt
+            chunk = chunk_next
+            p = p_next
+
+
+@triton.jit
+def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, stride_am, stride_an, stride_bm,
+                 stride_bn, stride_om, eps, SPLITS, LOAD: tl.constexpr, PARAMS: tl.constexpr,
+                 SHIFT: tl.constexpr, STATS: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
+                 K: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                 PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr, HOLD: tl.constexpr):
+    N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
+                                      stride_om, ALIGN)
+    # Program pid holds chunk (pid % SPLITS) of a row, in rounds of P / SPLITS rows (coop_layout).
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
+    if HOLD:  # a program's columns are the same in every round: its parameters loaded once
+        p = PARAMS(prm, cols, cols < N)
+    if PREFETCH:  # the first row's chunk; later ones are loaded a round ahead
+        first = (pid // SPLITS).to(tl.int64)
+        chunk = LOAD(src, first, cols, cols < tl.where(first < M, N, 0), "", True)
+    # STAGES 2: the compiler's pipeliner copies the next round's chunk into shared memory while
+    # this round's programs exchange partials (the prefetch without its registers); it pipelines
+    # only a load outside the `if`, hence the mask on rows past M.
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if not PREFETCH:
+            chunk = LOAD(src, row, cols, cols < tl.where(row < M, N, 0), "", True)
+        if row < M:
+            k = SHIFT(src, row, None)
+            chunk, local, parts = STATS(chunk, cols < N, k)
+            publish(exchange_slots(sync_ptr, pid, rnd), parts, epoch + 1 + rnd)
+            if PREFETCH:  # the next row's chunk is in flight while this row's partials arrive
+                nxt = row + rows_at_once
+                chunk_next = LOAD(src, nxt, cols, cols < tl.where(nxt < M, N, 0), "", True)
+            # Parameters (from L2) in flight during the exchange where the registers allow it:
+            # no prefetch, at most 8 values a thread (16 made ptxas spill under the register cap).
+            EARLY: tl.constexpr = (not PREFETCH) and BLOCK_N <= 8 * 32 * WARPS and not HOLD
+            if EARLY:
+                p = PARAMS(prm, cols, cols < N)
+            # The chunk stays in registers while the row's programs exchange partials.
+            parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
+            consts = MERGE(parts, local, N, eps, k, SPLITS, BLOCK_S)
+            if not EARLY and not HOLD:
+                p = PARAMS(prm, cols, cols < N)
+            tl.store(out_ptr + row * stride_om + cols, APPLY(chunk, p, consts).to(out_ptr.dtype.element_ty),
+                     mask=cols < N)
+            if PREFETCH:
+                chunk = chunk_next
+    exchange_finish(sync_ptr, words, epoch, rounds)
+
+
+# ----------------------------------------------------------------------------------------------
+# the launch table
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """A row-wise op: its device-side steps (see the module docstring) and what it reads.
+
+    `inputs`: row-sized inputs (1 or 2); `params`: per-column parameter vectors (0 or 2);
+    `stats_k`: the words a cooperative program publishes; `even`: EVEN is passed (the op's plain
+    loop and tile drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
+    next step's loads ahead (else it is tl.range's num_stages=1); `holds_params(plan, cap)`:
+    whether a cooperative program keeps its parameters in registers across rounds."""
+
+    name: str
+    load: object
+    params: object
+    shift: object
+    init: object
+    acc: object
+    total: object
+    merge: object
+    apply: object
+    tile: object
+    coop_stats: object
+    coop_merge: object
+    coop_apply: object
+    stats_k: int = 2
+    reread_init: object = None
+    reread_acc: object = None
+    inputs: int = 1
+    n_params: int = 0
+    eps: float = 0.0
+    even: bool = False
+    prefetch_loop: bool = True
+    holds_params: Callable[[plans.RowPlan, int], bool] | None = None
+
+    @property
+    def modes(self) -> frozenset[Mode]:
+        modes = {Mode.TILE, Mode.LOOP, Mode.STREAM, Mode.COOP}
+        return frozenset(modes | ({Mode.REREAD} if self.reread_acc is not None else set()))
+
+
+# The op's steps each mode's kernel takes (kernel argument -> RowOp field).
+_COMMON = dict(LOAD="load", PARAMS="params", SHIFT="shift")
+_STEPS = {
+    Mode.TILE: dict(TILE="tile"),
+    Mode.LOOP: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
+    Mode.STREAM: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
+    Mode.REREAD: dict(_COMMON, RINIT="reread_init", RACC="reread_acc", MERGE="merge", APPLY="apply"),
+    Mode.COOP: dict(_COMMON, STATS="coop_stats", MERGE="coop_merge", APPLY="coop_apply"),
+}
+KERNELS = {Mode.TILE: _tile_kernel, Mode.LOOP: _loop_kernel, Mode.STREAM: _stream_kernel,
+           Mode.REREAD: _reread_kernel, Mode.COOP: _coop_kernel}
+
+
+def steps(op: RowOp, mode: Mode) -> dict:
+    """The constexpr arguments that make KERNELS[mode] `op`'s kernel."""
+    return {arg: getattr(op, field) for arg, field in _STEPS[mode].items()}
+
+
+def _args(op: RowOp, ins, prm, out):
+    a = ins[0]
+    b = ins[1] if op.inputs > 1 else a
+    w, v = (prm[0], prm[1]) if op.n_params else (a, a)
+    M, N = a.shape
+    strides = (*a.stride(), *b.stride(), N)  # the output is contiguous
+    unit = all(t.stride(1) == 1 for t in ins)
+    align = plans.vector_align(a.element_size(), N, *(t.stride(0) for t in ins)) if unit else 1
+    return (a, b, w, v, out), (M, N, *strides, op.eps), align
+
+
+def _tile(op, plan, M, N, dev):
+    even = op.even and N == plan.block_n
+    return device.cdiv(M, plan.block_m), dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1,
+                                             PREFETCH=plan.prefetch)
+
+
+def _loop(op, plan, M, N, dev):
+    # the prefetching STAGES 1 still masks its load past the row's end
+    even = op.even and N % plan.block_n == 0 and plan.stages is None
+    return plan.grid or M, dict(STAGES=plan.stages, EVEN=even, PREFETCH_LOOP=op.prefetch_loop)
+
+
+def _stream(op, plan, M, N, dev):
+    return plan.grid, {}
+
+
+def _reread(op, plan, M, N, dev):
+    return plan.grid, dict(BLOCK_N2=plan.block_n2)
+
+
+def _coop(op, plan, M, N, dev):
+    coop = plans.coop_launch_args(plan, dev)
+    hold = bool(op.holds_params and op.holds_params(plan, coop["maxnreg"]))
+    return plan.grid, dict(K=op.stats_k, HOLD=hold, **coop)
+
+
+# mode -> (op, plan, M, N, dev) -> (programs, the launch's other constexprs and options)
+_LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
+
+
+def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
+    """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` with `plan`."""
+    mode = next((m for m in op.modes if m.value == plan.mode), None)
+    if mode is None:
+        raise ValueError(f"{op.name} has no {plan.mode} plan")
+    ptrs, dims, align = _args(op, ins, prm, out)
+    grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], out.device)
+    if mode is Mode.COOP:  # the exchange buffer, and its size in words
+        sync = exchange.exchange_buffer(out.device, plan.grid)
+        ptrs, dims = (*ptrs, sync, sync.numel()), (*dims, plan.splits)
+    KERNELS[mode][(grid,)](*ptrs, *dims, **steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n,
+                           num_warps=plan.num_warps, **meta)
+
+
+SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
+
+
+def run(op: RowOp, ins, prm, candidates: Callable[[], list], plan: plans.RowPlan | None, source: str):
+    """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among `candidates()`."""
+    out = torch.empty(ins[0].shape, dtype=ins[0].dtype, device=ins[0].device)
+    if out.numel() == 0:
+        return out, plan
+    if plan is None:
+        key = (op.name, *tuning.key_of(*ins, *prm))
+        plan = tuning.autotune(key, candidates, lambda p, *operands: launch(op, operands[:op.inputs],
+                               operands[op.inputs:-1], operands[-1], p), out.device, (*ins, *prm, out),
+                               source=source)
+    launch(op, ins, prm, out, plan)
+    return out, plan
+
+
+def describe(shape, dtype) -> str:
+    """The heuristic plan's description (the cell's note before the tuner has chosen)."""
+    return plans.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+                           elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()

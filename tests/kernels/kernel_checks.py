@@ -1,0 +1,100 @@
+"""Shared by the tests of the memory-bound kernels: inputs, the reference check, layouts.
+
+Without a GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set by
+tests/conftest.py before any kernel module is imported), at small odd shapes.  Outputs are
+compared with the case's float64 reference under the case's tolerance:
+|out - ref| <= atol * max|ref| + rtol * |ref|.
+"""
+import os
+
+import pytest
+import torch
+
+from fusebench.cases.base import get_case
+from fusebench.kernels import plans
+import fusebench.kernels.horizontal as khor
+import fusebench.kernels.norms as knorm
+import fusebench.kernels.pointwise as kpw
+import fusebench.kernels.softmax as ksm
+
+ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+DEVICE = "cuda" if ON_GPU else "cpu"
+gpu = pytest.mark.gpu
+
+ELEMENTWISE = ["pointwise_chain", "bias_gelu", "bias_dropout_add", "bias_dropout_add_transposed"]
+
+
+TWO_PASS = ["softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain"]
+HORIZONTAL = ["horizontal_reduction_pointwise", "horizontal_reduction_reduction"]
+ROWWISE = TWO_PASS + HORIZONTAL
+
+
+ALL = ELEMENTWISE + ROWWISE
+
+
+IMPL = {
+    "softmax": ksm.softmax_impl,
+    "double_softmax": ksm.double_softmax_impl,
+    "softmax_backward": ksm.softmax_backward_impl,
+    "layernorm": knorm.layernorm_impl,
+    "norm_chain": knorm.norm_chain_impl,
+    "horizontal_reduction_pointwise": khor.horizontal_reduction_pointwise_impl,
+    "horizontal_reduction_reduction": khor.horizontal_reduction_reduction_impl,
+    "pointwise_chain": kpw.pointwise_chain_impl,
+    "bias_gelu": kpw.bias_gelu_impl,
+    "bias_dropout_add": kpw.bias_dropout_add_impl,
+    "bias_dropout_add_transposed": kpw.bias_dropout_add_transposed_impl,
+}
+
+
+def check(case_name, out, args):
+    case = get_case(case_name)
+    dtype = args[0].dtype
+    ref = case.run_reference(args)
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    assert len(outs) == len(refs)
+    atol, rtol = case.tolerance(dtype)
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape, (o.shape, r.shape)
+        assert o.dtype == dtype, (o.dtype, dtype)
+        o64, r = o.double().cpu(), r.cpu()
+        assert torch.isfinite(o64).all(), "NaN or inf in the output"
+        err = (o64 - r).abs()
+        bad = err > atol * r.abs().max() + rtol * r.abs()
+        assert not bad.any(), (f"{case_name}: {int(bad.sum())} of {bad.numel()} elements out of tolerance, "
+                               f"max err {err.max().item():.3e}")
+
+
+def inputs(case_name, shape, dtype, seed=0):
+    return get_case(case_name).make_inputs(shape, dtype, DEVICE, seed)
+
+
+def strided(t: torch.Tensor, how: str) -> torch.Tensor:
+    """The same values in a non-contiguous layout: `rows` pads every row (row stride > N),
+    `cols` stores the tensor column-major (column stride > 1, row stride 1)."""
+    if t.dim() != 2:
+        return t
+    if how == "rows":
+        wide = torch.full((t.shape[0], t.shape[1] + 13), float("nan"), dtype=t.dtype, device=t.device)
+        wide[:, : t.shape[1]] = t
+        return wide[:, : t.shape[1]]
+    return t.t().contiguous().t()
+
+
+def checked(name, out, args, plan):
+    """check(), naming the plan when it fails."""
+    try:
+        check(name, out, args)
+    except AssertionError as exc:
+        raise AssertionError(f"{plan.describe()}: {exc}") from None
+
+
+# Looped plans forced at small sizes (3 rows of 700 columns)
+LONG_PLANS = {
+    "loop": plans.loop_plan(64, 4),
+    "loop_capped": plans.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
+    "loop_pipelined": plans.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
+    "loop_prefetched": plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
+    "loop_one_step": plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
+}

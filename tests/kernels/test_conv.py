@@ -1,0 +1,87 @@
+"""The convolution kernels: implicit GEMM, epilogues, batch-norm folding."""
+import itertools
+
+import pytest
+import torch
+
+from fusebench.cases.base import get_case
+from fusebench.kernels import KERNELS
+import fusebench.kernels.conv as kconv
+from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case
+
+
+CONV_SHAPES = [(2, 8, 9, 9, 16, r, s, cl) for r, s, cl in itertools.product((3, 1), (1, 2), (0, 1))]
+
+
+def _conv_paths(shape):
+    paths = ["cudnn", "igemm"]
+    if shape[5] == 1 and shape[6] == 1 and shape[7] == 1:
+        paths.append("gemm")
+    return paths
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=lambda s: f"r{s[5]}s{s[6]}{'cl' if s[7] else 'nchw'}")
+@pytest.mark.parametrize("name", ["conv_add", "conv_relu", "conv_bn"])
+def test_conv(name, shape, dtype, monkeypatch):
+    # conv_bn: the folded way through every conv path, then BN applied by the epilogue
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "folded")
+    for path in _conv_paths(shape):
+        monkeypatch.setattr(kconv, "CONV_PATH", path)
+        out = run_case(name, shape, dtype)
+        if shape[7]:
+            assert out.is_contiguous(memory_format=torch.channels_last) or path == "cudnn"
+    monkeypatch.setattr(kconv, "CONV_PATH", "auto")
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "auto")
+    run_case(name, shape, dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 9, 9, 16, 3, 1, 0), (2, 8, 9, 9, 16, 3, 1, 1), (3, 5, 7, 6, 1, 1, 1, 1),
+                                   (1, 70, 3, 3, 70, 1, 1, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_epilogue_kernel_layouts(shape):
+    # The 2-D epilogue: channel as the column (channels_last) or as row % C (NCHW), ragged tiles.
+    n, cin, h, w, cout, r, stride, cl = shape
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(n, cout, h, w, generator=g)
+    if cl:
+        y = y.contiguous(memory_format=torch.channels_last)
+    res = torch.randn(n, cout, h, w, generator=g)
+    bias = torch.randn(cout, generator=g)
+    mean, gamma, beta = (torch.randn(cout, generator=g) for _ in range(3))
+    var = torch.rand(cout, generator=g) + 0.5
+    bn = (y - mean[:, None, None]) / torch.sqrt(var[:, None, None] + kconv.BN_EPS) * gamma[:, None, None] \
+        + beta[:, None, None]
+    want = torch.relu(bn + bias[:, None, None] + res)
+    got = kconv.epilogue_(y.clone(), bias=bias, residual=res, relu=True, bn=(mean, var, gamma, beta))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fold_bn_matches_batch_norm():
+    case = get_case("conv_bn")
+    x, w, mean, var, gamma, beta, stride = case.make_inputs((2, 8, 9, 9, 16, 3, 1, 1), torch.float32, DEVICE, 3)
+    w2, shift = kconv.fold_bn(w, mean, var, gamma, beta)
+    assert w2.is_contiguous(memory_format=torch.channels_last)
+    s = gamma / torch.sqrt(var + kconv.BN_EPS)
+    torch.testing.assert_close(w2, w * s[:, None, None, None], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(shift, beta - mean * s, rtol=1e-5, atol=1e-6)  # fp32 here
+
+
+def test_conv_describe_names_path():
+    kconv.CONV_PATH = "auto"
+    d = KERNELS["conv_relu"].describe
+    assert "cudnn" in d((32, 64, 56, 56, 64, 3, 1, 0), torch.float16)
+    assert "igemm" in d((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
+    assert "gemm" in d((32, 256, 14, 14, 1024, 1, 1, 1), torch.float16)
+    assert "folded" in KERNELS["conv_bn"].describe((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_conv(dtype, monkeypatch, few_configs):
+    for shape in [(4, 64, 56, 56, 64, 3, 1, 1), (4, 128, 28, 28, 128, 3, 2, 1), (4, 256, 14, 14, 1024, 1, 1, 1),
+                  (4, 512, 7, 7, 512, 3, 1, 0)]:
+        for name in ["conv_add", "conv_relu", "conv_bn"]:
+            for path in _conv_paths(shape):
+                monkeypatch.setattr(kconv, "CONV_PATH", path)
+                run_case(name, shape, dtype)

@@ -1,0 +1,315 @@
+"""The row-wise kernels (softmax, double_softmax, softmax_backward, layernorm, norm_chain): every
+plan mode on odd shapes (forced through the wrappers' `plan` argument), strided inputs, the
+cooperative exchange's bookkeeping, numerics of the long-row formulations, and the candidate lists.
+"""
+import dataclasses
+
+import pytest
+import torch
+
+from fusebench.cases.base import get_case
+from fusebench.kernels import KERNELS, exchange, plans, rowwise
+import fusebench.kernels.norms as knorm
+import fusebench.kernels.softmax as ksm
+from kernel_checks import DEVICE, IMPL, LONG_PLANS, TWO_PASS, check, checked, gpu, inputs, strided
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+# Their wrappers' candidate plans (what the tuner chooses from).
+PLANS = {"softmax": ksm.softmax_plans, "double_softmax": ksm.double_softmax_plans,
+         "softmax_backward": ksm.softmax_backward_plans, "layernorm": knorm.layernorm_plans,
+         "norm_chain": knorm.norm_chain_plans}
+OPS = {"softmax": ksm.SOFTMAX, "double_softmax": ksm.DOUBLE_SOFTMAX, "softmax_backward": ksm.SOFTMAX_BACKWARD,
+       "layernorm": knorm.LAYERNORM, "norm_chain": knorm.NORM_CHAIN}
+
+
+# ----------------------------------------------------------------------------------------------
+# long rows, forced at small sizes
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("mode", list(LONG_PLANS))
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_long_row_plans(name, mode, dtype):
+    args = inputs(name, (3, 700), dtype, seed=1)
+    check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
+
+
+@pytest.mark.parametrize("mode", list(LONG_PLANS))
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_long_rows_with_row_stride(name, mode):
+    args = tuple(strided(a, "rows") for a in inputs(name, (3, 700), torch.float16, seed=4))
+    assert args[0].stride(0) == 713
+    check(name, IMPL[name](*args, plan=LONG_PLANS[mode]), args)
+
+
+STREAM_PLANS = {
+    "stream": plans.RowPlan("stream", 1, 64, 4, grid=2),  # 11 steps per pass, the last ragged; 2 rows for one program
+    "stream_two_chunks": plans.RowPlan("stream", 1, 512, 4, grid=2),  # no whole middle chunks in pass 2
+    "stream_one_chunk": plans.RowPlan("stream", 1, 1024, 4, grid=4),  # a row in one step; a program with no row
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("mode", list(STREAM_PLANS))
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_stream_plans(name, mode, dtype, layout):
+    args = inputs(name, (3, 700), dtype, seed=5)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") if isinstance(a, torch.Tensor) else a for a in args)
+    check(name, IMPL[name](*args, plan=STREAM_PLANS[mode]), args)
+
+
+REREAD_PLANS = {
+    "reread": plans.RowPlan("reread", 1, 256, 4, grid=2, block_n2=64),  # 3 first-pass steps, 11 second
+    "reread_one_step": plans.RowPlan("reread", 1, 1024, 4, grid=4, block_n2=128),  # a row in one step
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("mode", list(REREAD_PLANS))
+@pytest.mark.parametrize("name", ["layernorm", "double_softmax"])
+def test_reread_plans(name, mode, layout):
+    args = inputs(name, (3, 700), torch.float32, seed=6)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") if isinstance(a, torch.Tensor) else a for a in args)
+    check(name, IMPL[name](*args, plan=REREAD_PLANS[mode]), args)
+
+
+EVEN_PLANS = {
+    "tile_one_row": plans.RowPlan("tile", 1, 512, 4),
+    "tile_rows": plans.RowPlan("tile", 2, 512, 4),  # 3 rows: the second program's row mask stays
+    "loop": plans.loop_plan(128, 4),  # 4 steps per pass
+    "loop_one_step": plans.loop_plan(512, 4, grid=2),  # a pass in one step, 2 programs for 3 rows
+    "loop_prefetched": plans.loop_plan(128, 4, grid=2, stages=1),  # keeps its masks: not EVEN
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("mode", list(EVEN_PLANS))
+def test_softmax_backward_unmasked_steps(mode, layout):
+    args = inputs("softmax_backward", (3, 512), torch.float32, seed=7)
+    if layout != "contiguous":
+        args = tuple(strided(a, layout.split("_")[0] + "s") for a in args)
+    check("softmax_backward", ksm.softmax_backward_impl(*args, plan=EVEN_PLANS[mode]), args)
+
+
+def test_softmax_backward_candidates_include_inductors_loop():
+    cands = ksm.softmax_backward_plans(1024, 32768, DEVICE)
+    assert plans.loop_plan(32768, 32) in cands and len(cands) == len(set(cands))
+    assert plans.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
+
+
+@pytest.mark.parametrize("prefetch, stages", [(False, None), (True, None), (False, 2)],
+                         ids=["plain", "prefetch", "staged"])
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_cooperative_kernels_one_program_per_row(name, prefetch, stages):
+    # The cooperative kernels' programs of a row wait for each other's partials, which the
+    # interpreter (one program after another) can do only when a row has a single program: this
+    # checks their rounds, partials, combination, tags and epoch, not the exchange between
+    # programs (test_gpu_cooperative_and_streamed_plans does).
+    args = inputs(name, (3, 700), torch.float32, seed=9)
+    sync = exchange.exchange_buffer(args[0].device, 2)
+    epoch = int(sync[0])
+    # two rows at a time: 2 rounds (the interpreter runs the staged plan's loop as written, unpipelined)
+    plan = plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch, stages=stages)
+    check(name, IMPL[name](*args, plan=plan), args)
+    # the last program moved the epoch past the launch's two tags and reset the count of finished programs
+    assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
+    # each program's words of round 0 (program 0: row 0, program 1: row 1) carry the first tag
+    assert (sync[2:2 + 2 * exchange.SLOT_WORDS:exchange.SLOT_WORDS] >> 32).tolist() == [epoch + 1] * 2
+
+
+@pytest.mark.parametrize("block_n, held", [(1024, True), (4096, False)])
+def test_layernorm_cooperative_weight_held_or_reloaded(block_n, held):
+    # At one warp, 32 values a thread hold weight and bias across rounds under the register cap
+    # of the interpreter's grid (248); 128 do not (see norms.layernorm_holds_wb).
+    plan = plans.RowPlan("coop", 1, block_n, 1, splits=1, grid=2)
+    cap = plans.coop_launch_args(plan, DEVICE)["maxnreg"]
+    assert knorm.layernorm_holds_wb(plan.block_n, plan.num_warps, cap, False) == held
+    args = inputs("layernorm", (5, 700), torch.float32, seed=11)
+    check("layernorm", knorm.layernorm_impl(*args, plan=plan), args)
+
+
+def test_layernorm_note_says_whether_weight_and_bias_are_held(monkeypatch):
+    # The cell's note for a cooperative layernorm plan says what the launch decides
+    # (norms.layernorm_holds_wb), as the registered kernel's describe_plan; other plans as before.
+    from fusebench.impls import get_impl
+
+    held = plans.RowPlan("coop", 1, 1024, 1, splits=1, grid=2)  # 32 values a thread under a 248 cap
+    reread = plans.RowPlan("coop", 1, 4096, 1, splits=1, grid=2)  # 128 values a thread
+    assert knorm.describe_layernorm_plan(held, DEVICE) == held.describe()[:-1] + ", weight and bias held)"
+    assert knorm.describe_layernorm_plan(reread, DEVICE).endswith(", weight and bias re-read)")
+    tile = plans.tile_plan(3, 700, DEVICE)
+    assert knorm.describe_layernorm_plan(tile, DEVICE) == tile.describe()
+    # the note after a run names the plan the kernel's run() returned (as if the tuner had kept it)
+    monkeypatch.setattr(KERNELS["layernorm"], "run", lambda *a: (knorm.layernorm_impl(*a, plan=held), held))
+    prepared = get_impl("triton").prepare(get_case("layernorm"), (3, 700), torch.float32, DEVICE)
+    assert prepared.note_after() is None  # nothing ran yet
+    args = inputs("layernorm", (3, 700), torch.float32)
+    check("layernorm", prepared.fn(*args), args)
+    assert prepared.note_after() == knorm.describe_layernorm_plan(held, DEVICE)
+
+
+def test_cooperative_epoch_starts_again_near_the_limit():
+    # Tags are 32-bit: near 2**30 the last program clears every slot and the epoch starts from 0,
+    # so that no stale word can carry a tag of a later launch.
+    args = inputs("softmax", (3, 700), torch.float32, seed=9)
+    sync = exchange.exchange_buffer(args[0].device, 2)
+    sync[0] = 2**30 - 2
+    sync[2 + 6 * exchange.SLOT_WORDS] = 2**30 << 32  # a word of a program this launch does not have
+    check("softmax", IMPL["softmax"](*args, plan=plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)), args)
+    assert int(sync[0]) == 0 and int(sync[2:].abs().sum()) == 0
+
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_heuristic_takes_long_row_plans(name):
+    # max_onchip below N: the wrapper's own choice is a looped plan on the CPU (no cooperative plans there)
+    args = inputs(name, (3, 300), torch.float32, seed=2)
+    check(name, IMPL[name](*args, max_onchip=64), args)
+    assert PLANS[name](3, 300, DEVICE, max_onchip=64)[0].mode == "loop"
+
+
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_run_returns_the_plan_it_launched(name):
+    args = inputs(name, (3, 300), torch.float32, seed=2)
+    out, plan = KERNELS[name].run(*args)
+    check(name, out, args)
+    assert plan == PLANS[name](3, 300, DEVICE)[0]  # no tuning off the GPU: the heuristic's plan
+    forced = plans.loop_plan(64, 4)
+    out, plan = rowwise.run(OPS[name], args[:OPS[name].inputs], args[OPS[name].inputs:], lambda: [], forced, "")
+    assert plan == forced
+    check(name, out, args)
+
+
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_each_op_offers_only_the_modes_it_has(name):
+    # no split plans for the row-wise ops; reread only where the op has its steps
+    cands = PLANS[name](512, 65536, DEVICE) + PLANS[name](4, 65536, DEVICE)
+    modes = {p.mode for p in cands}
+    assert "split" not in modes and modes <= {m.value for m in OPS[name].modes}
+    assert ("reread" in modes) == (name in ("layernorm", "double_softmax"))
+    args = inputs(name, (3, 300), torch.float32)
+    with pytest.raises(ValueError, match="no split plan"):
+        IMPL[name](*args, plan=plans.split_plan(300, 64))
+
+
+# ----------------------------------------------------------------------------------------------
+# numerics of the long-row formulations
+
+
+@pytest.mark.parametrize("mode", ["loop", "stream", "reread"])
+def test_double_softmax_peaked_rows(mode):
+    # One element dominating its row makes y_max ~ 1, the worst case of the power series.
+    (x,) = inputs("double_softmax", (4, 700), torch.float32, seed=5)
+    x[:, 17] += torch.tensor([0.0, 5.0, 20.0, 80.0], device=x.device)
+    plan = {"loop": LONG_PLANS["loop"], "stream": STREAM_PLANS["stream"], "reread": REREAD_PLANS["reread"]}[mode]
+    check("double_softmax", ksm.double_softmax_impl(x, plan=plan), (x,))
+
+
+@pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "stream", "reread", "coop"])
+def test_layernorm_large_mean(mode):
+    # A mean 1000 times the spread: shifted sums keep the variance.
+    x, w, b = inputs("layernorm", (3, 700), torch.float32, seed=6)
+    x = x + 1000.0
+    plan = {"loop": LONG_PLANS["loop"], "stream": STREAM_PLANS["stream"], "reread": REREAD_PLANS["reread"],
+            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.tile_plan(3, 700, DEVICE)
+    plan = dataclasses.replace(plan, prefetch=mode == "tile-prefetch")
+    check("layernorm", knorm.layernorm_impl(x, w, b, plan=plan), (x, w, b))
+
+
+# ----------------------------------------------------------------------------------------------
+# plans (pure Python)
+
+def test_cooperative_candidates_staged_where_shared_memory_fits(monkeypatch):
+    # As on an H100 (132 SMs, 227 KiB a program): every cooperative shape is also staged 2 deep
+    # (not its prefetching copy), except where the buffers of its programs per SM do not fit --
+    # softmax_backward stages two inputs, which fits at 1-2 programs an SM (8192 and 4096 at 16 warps)
+    # and not at 4; in bf16, half the bytes, 4096-column chunks at 4 an SM fit too.
+    monkeypatch.setattr(plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(plans, "num_sms", lambda device: 132)
+    def staged(cands):
+        return [p for p in cands if p.mode == "coop" and p.stages]
+
+    assert len(staged(knorm.layernorm_plans(512, 65536, "cpu"))) == len(plans.COOP_SHAPES)
+    assert not any(p.prefetch for p in staged(knorm.layernorm_plans(512, 65536, "cpu")))
+    shapes = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu"))}
+    assert shapes == {(8192, 16), (4096, 16)}
+    bf16 = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu", elem_size=2))}
+    assert {(4096, 4), (4096, 2)} <= bf16
+    # the fit itself: 4 programs x (2 stages x 4096 x 4 bytes x 2 inputs + 2 KiB) > 227 KiB
+    four = dataclasses.replace(plans.coop_plan(512, 65536, "cpu", 4096, 4, 4), stages=2)
+    assert plans.coop_stages_fit(four, "cpu", 4, 1) and not plans.coop_stages_fit(four, "cpu", 4, 2)
+
+
+def test_row_plans_heuristic():
+    assert plans.row_plans(4096, 4096, "cpu")[0].mode == "tile"
+    assert plans.row_plans(4096, 16384, "cpu")[0].block_n == 16384
+    assert plans.row_plans(4, 65536, "cpu", splits=True)[0].mode == "split"  # few rows: all SMs busy
+    assert plans.row_plans(4, 65536, "cpu")[0].mode == "loop"  # (the row-wise ops have no split plans)
+    assert plans.row_plans(4096, 65536, "cpu")[0].mode == "loop"  # many rows: two passes each
+    # no cooperative plans where programs run one after another
+    assert "coop" not in {p.mode for p in plans.row_plans(4096, 65536, "cpu")}
+    coop = plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
+    assert (coop.splits, coop.grid) == (8, 8)
+    # its register cap lets two 16-warp programs share an SM's 65536 registers
+    assert plans.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16, STAGES=1,
+                                                    launch_cooperative_grid=True, maxnreg=64)
+    staged = plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, stages=2)  # the next rounds through shared memory
+    assert plans.coop_launch_args(staged, "cpu")["STAGES"] == 2 and "pipelined 2 deep" in staged.describe()
+    with pytest.raises(ValueError, match="not both"):
+        plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, prefetch=True, stages=2)
+    assert plans.coop_launch_args(plans.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
+    p = plans.row_plans(65536, 128, "cpu")[0]
+    assert p.block_m * p.block_n == 4096 and p.num_warps == 8
+    assert plans.split_plan(65536, 4096).splits == 16
+    # layernorm's tiles also come with weight and bias loaded early, where that cannot spill
+    plain = plans.row_plans(512, 8192, "cpu")
+    early = [p for p in plans.row_plans(512, 8192, "cpu", tile_prefetch=True) if p.prefetch]
+    assert not any(p.prefetch for p in plain) and early
+    assert all(p.block_m * p.block_n <= 16 * 32 * p.num_warps for p in early)
+    assert {dataclasses.replace(p, prefetch=False) for p in early} <= set(plain)
+
+
+def test_vector_align():
+    assert plans.vector_align(4, 5000, 5000) == 4  # 16-byte vectors of fp32
+    assert plans.vector_align(2, 5000, 5000) == 8  # of fp16
+    assert plans.vector_align(4, 1030, 1030) == 2
+    assert plans.vector_align(4, 4096, 4109) == 1  # a padded row stride
+    assert plans.vector_align(1, 64) == 16
+
+
+@gpu
+@pytest.mark.parametrize("shape, dtype", [((300, 70000), torch.float32), ((7, 20000), torch.bfloat16)],
+                         ids=["300x70000-fp32", "7x20000-bf16"])
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
+    # Every cooperative, streamed and re-reading plan the autotuner may choose, forced: programs
+    # of a row on different SMs exchanging partials; persistent programs taking several rows each, in
+    # big steps (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).  Every
+    # cooperative plan fits (its register cap, plans.coop_launch_args).
+    args = inputs(name, shape, dtype, seed=4)
+    cands = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream", "reread")]
+    assert any(p.mode == "coop" for p in cands)
+    for plan in cands:
+        checked(name, IMPL[name](*args, plan=plan), args, plan)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(1000, 65536), (300, 70000)], ids=["1000x65536", "300x70000"])
+@pytest.mark.parametrize("name", TWO_PASS)
+def test_gpu_cooperative_exchange_repeated(name, shape):
+    # The exchange between the programs of a row is a race if it is wrong (a warp going on with a
+    # stale copy of the partials shows in a few rows of a few calls): each cooperative plan three
+    # times on new inputs, every element checked (on the GPU, against one reference per input).
+    case = get_case(name)
+    atol, rtol = case.tolerance(torch.float32)
+    cands = [p for p in PLANS[name](*shape, DEVICE) if p.mode == "coop"]
+    # each with and without the prefetch, and staged where that fits
+    assert sum(not p.stages for p in cands) == 2 * len(plans.COOP_SHAPES) and any(p.stages for p in cands)
+    for seed in range(3):
+        args = inputs(name, shape, torch.float32, seed=10 + seed)
+        ref = case.run_reference(args).to(args[0].device)
+        bound = atol * ref.abs().max() + rtol * ref.abs()
+        for plan in cands:
+            bad = int(((IMPL[name](*args, plan=plan).double() - ref).abs() > bound).sum())
+            assert bad == 0, f"{plan.describe()}, seed {10 + seed}: {bad} elements out of tolerance"

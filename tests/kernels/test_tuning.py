@@ -1,0 +1,218 @@
+"""The tuner (kernels/tuning.py): the choice it returns, its on-disk cache, the warm call it times
+candidates with."""
+import json
+
+import pytest
+import torch
+
+from fusebench import settings
+from fusebench.cases.base import get_case
+from fusebench.kernels import tuning
+import fusebench.kernels.pointwise as kpw
+from kernel_checks import DEVICE, ON_GPU, gpu
+
+
+def fake_times(times: dict):
+    """A time_candidate for Tuner: each candidate's (launch, warm) -> the given ms; records the launches."""
+    ran = []
+
+    def time_candidate(launch, warm):
+        ran.append(launch.args[0])
+        launch()
+        return times[launch.args[0]]
+
+    return time_candidate, ran
+
+
+def test_tuner_returns_the_fastest_candidate_and_caches_it_on_disk(tmp_path):
+    times = {"a": 3.0, "b": 1.0, "c": 2.0}
+    timer, ran = fake_times(times)
+    launched = []
+    tuner = tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True), time_candidate=timer)
+    key = ("op", (5, 7), torch.float32)
+    pick = tuner.autotune(key, ["a", "b", "c"], lambda c: launched.append(c), "cuda", enabled=True, source="s1")
+    assert pick == "b" and ran == ["a", "b", "c"]
+    # the same process: from memory; a new process (a new Tuner): from disk, nothing timed again
+    assert tuner.autotune(key, ["a", "b", "c"], lambda c: None, "cuda", enabled=True, source="s1") == "b"
+    timer2, ran2 = fake_times({"a": 0.1, "b": 9.0, "c": 9.0})
+    again = tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True), time_candidate=timer2)
+    assert again.autotune(key, lambda: ["a", "b", "c"], lambda c: None, "cuda", enabled=True, source="s1") == "b"
+    assert ran2 == []
+    # other kernel source: another file, tuned again
+    other = tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True), time_candidate=timer2)
+    assert other.autotune(key, ["a", "b", "c"], lambda c: None, "cuda", enabled=True, source="s2") == "a"
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2 and all(f.endswith(".json") for f in files)  # no temporary file left behind
+
+
+def test_cached_dataclass_choice_round_trips_only_as_a_candidate(tmp_path):
+    from fusebench.kernels.plans import RowPlan, loop_plan, stream_plan
+
+    cands = [loop_plan(4096, 8), stream_plan("cpu", 8192, 16), RowPlan("coop", 1, 8192, 16, 8, 64, True)]
+    timer, _ = fake_times({c: t for c, t in zip(cands, (3.0, 2.0, 1.0))})
+    cache = tuning.ChoiceCache(tmp_path, enabled=True)
+    assert tuning.Tuner(cache, time_candidate=timer).autotune("k", cands, lambda c: None, "cuda", enabled=True) == cands[2]
+    fresh = tuning.Tuner(cache, time_candidate=fake_times({})[0])
+    assert fresh.autotune("k", cands, lambda c: None, "cuda", enabled=True) is cands[2]
+    # a stored choice that is no longer a candidate is not used: the key is tuned again
+    timer3, ran3 = fake_times({c: t for c, t in zip(cands[:2], (1.0, 2.0))})
+    assert tuning.Tuner(cache, time_candidate=timer3).autotune("k", cands[:2], lambda c: None, "cuda",
+                                                             enabled=True) == cands[0]
+    assert ran3 == cands[:2]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"meta": {"format": 1}, "choices": {}}', "\x00\xff",
+                                     '{"meta": null, "choices": {"\'k\'": "b"}}'])
+def test_corrupt_or_foreign_cache_file_is_ignored(tmp_path, content):
+    cache = tuning.ChoiceCache(tmp_path, enabled=True)
+    meta = cache.meta("test", "")
+    cache.path(meta).write_text(content)
+    timer, ran = fake_times({"a": 2.0, "b": 1.0})
+    assert tuning.Tuner(cache, time_candidate=timer).autotune("k", ["a", "b"], lambda c: None, "cuda",
+                                                            enabled=True) == "b"
+    assert ran == ["a", "b"]
+    assert json.loads(cache.path(meta).read_text())["choices"] == {"'k'": "b"}  # rewritten whole
+
+
+def test_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEBENCH_TUNING_CACHE", "0")
+    monkeypatch.setenv("FUSEBENCH_CACHE_DIR", str(tmp_path))
+    try:
+        s = settings.refresh()
+        assert not s.tuning_cache and s.tuning_dir == tmp_path / "tuning"
+        cache = tuning.ChoiceCache()
+        assert not cache.enabled
+        timer, ran = fake_times({"a": 2.0, "b": 1.0})
+        assert tuning.Tuner(cache, time_candidate=timer).autotune("k", ["a", "b"], lambda c: None, "cuda",
+                                                                enabled=True) == "b"
+        assert not (tmp_path / "tuning").exists()
+    finally:
+        monkeypatch.undo()
+        settings.refresh()
+
+
+def test_untimed_where_tuning_is_off_first_candidate():
+    # the CPU, the interpreter, graph capture, FUSEBENCH_AUTOTUNE=0: the heuristic's first candidate,
+    # untimed and not remembered (a later call where tuning is on still tunes)
+    timer, ran = fake_times({"a": 2.0, "b": 1.0})
+    tuner = tuning.Tuner(tuning.ChoiceCache(enabled=False), time_candidate=timer)
+    assert tuner.autotune("k", ["a", "b"], lambda c: None, "cpu") == "a"
+    assert ran == [] and tuner.choices == {}
+    assert tuner.autotune("k", ["a", "b"], lambda c: None, "cuda", enabled=True) == "b"
+
+
+def test_failing_candidates_are_skipped():
+    def launch(c):
+        if c != "b":
+            raise RuntimeError("out of resources")
+
+    timer, _ = fake_times({"a": 0.5, "b": 1.0, "c": 0.1})
+    tuner = tuning.Tuner(tuning.ChoiceCache(enabled=False), time_candidate=timer)
+    assert tuner.autotune("k", ["a", "b", "c"], launch, "cuda", enabled=True) == "b"
+    with pytest.raises(RuntimeError, match="out of resources"):
+        tuner.autotune("k2", ["a", "b"], launch, "cuda", enabled=True, first_must_work=True)
+    with pytest.raises(RuntimeError, match="no candidate config ran"):
+        tuner.autotune("k3", ["a", "c"], launch, "cuda", enabled=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the candidates are timed")
+def test_fastest_untimed_on_cpu():
+    # under the interpreter / without CUDA the first candidate is used, untimed and not recorded
+    calls = []
+    key = ("test_fastest_untimed_on_cpu",)
+    pick = tuning.fastest(key, {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, device=DEVICE)
+    assert pick == "a" and calls == [] and tuning.fastest_record(key) is None
+
+
+def test_shadow_operands_copy_layout_alignment_and_values():
+    # the autotuner's warm call launches on these: same shapes, strides and 16-byte alignment (so the
+    # JIT picks the same binary), the inputs' values, in new memory; None passes through
+    base = torch.randn(40, 70, device=DEVICE)
+    view = base[3:, 1:65]  # a row stride of 70 and an offset of 211 elements: not 16-byte aligned
+    out = torch.empty(8, 5, device=DEVICE).t()
+    copies = tuning.shadow_operands([view, None, out])
+    assert copies[1] is None
+    for t, c in ((view, copies[0]), (out, copies[2])):
+        assert c.shape == t.shape and c.stride() == t.stride() and c.dtype == t.dtype
+        assert c.data_ptr() % 16 == t.data_ptr() % 16 and c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert torch.equal(copies[0], view)
+    assert tuning.shadow_operands([view], max_bytes=view.numel() * 4 - 1) is None
+
+
+def test_autotune_warm_call_drops_only_the_shadow_outputs(monkeypatch):
+    # the autotuner's warm launch on the shadow operands is followed by dropping its outputs (the
+    # last n_outputs shadows, None among them passed along) from L2, as a cell's warm call does;
+    # the shadow inputs, which every warm launch reads again, are not dropped
+    from fusebench.measure import l2flush
+
+    dropped, launched = [], []
+    monkeypatch.setattr(l2flush, "discard_outputs", lambda out, keep=(): dropped.append(out))
+    monkeypatch.setattr(l2flush, "touch_pages", lambda tensors: None)
+    operands = (torch.ones(4), torch.zeros(4), None, torch.zeros(4))
+    shadow = tuning.shadow_operands(operands)
+    warm = tuning.warm_for("plan", lambda p, *ops: launched.append((p, ops)), operands, shadow, n_outputs=3)
+    warm()
+    assert launched == [("plan", tuple(shadow))]
+    assert len(dropped) == 1 and len(dropped[0]) == 3
+    assert dropped[0][0] is shadow[1] and dropped[0][1] is None and dropped[0][2] is shadow[3]
+    assert tuning.warm_for("plan", lambda p, *ops: None, operands, None) is None
+
+
+@gpu
+def test_gpu_autotune_times_candidates_with_the_warm_launch(monkeypatch):
+    # each candidate's timing passes a warm call that launches it on copies of the operands
+    seen = []
+    real = tuning.gpu_time_ms
+
+    def spy(fn, device, budget_ms=5.0, warm=None):
+        seen.append(warm)
+        return real(fn, device, budget_ms, warm=warm)
+
+    monkeypatch.setattr(tuning, "gpu_time_ms", spy)
+    x = torch.randn(3, 1000, device="cuda") + 17  # a shape no other test tunes
+    y = kpw.pointwise_chain_impl(x)
+    assert seen and all(w is not None for w in seen)
+    torch.testing.assert_close(y, get_case("pointwise_chain").fn(x))
+
+
+@gpu
+def test_gpu_autotune_retimes_close_candidates_interleaved(monkeypatch, tmp_path):
+    # candidates within the margin (here all of them) are timed again in turn; the kept one is the
+    # fastest of that second timing, and the log says so
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
+    settings.refresh()
+    monkeypatch.setattr(tuning, "FINALIST_MARGIN", 10.0)
+    x = torch.randn(5, 1000, device="cuda")
+    out = torch.empty_like(x)
+    rounds = []
+    real = tuning.time_interleaved
+
+    def spy(fns, device, st, n, warms=None):
+        rounds.append((len(fns), n))
+        return real(fns, device, st, n, warms)
+
+    monkeypatch.setattr(tuning, "time_interleaved", spy)
+    tuner = tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=False))
+    best = tuner.autotune(("test-finalists", 5, 1000), ["a", "b", "c"], lambda p, x, y: y.copy_(x * 2),
+                          "cuda", (x, out))
+    text = log.read_text()
+    assert len(rounds) == 1 and rounds[0][0] == 3 and 10 <= rounds[0][1] <= 50
+    finals = [line.split() for line in text.splitlines() if line.strip().startswith("final")]
+    assert len(finals) == 3 and f"kept {best}" in text
+    assert best == min(finals, key=lambda f: float(f[1]))[3]
+    torch.testing.assert_close(out, x * 2)
+
+
+@gpu
+def test_gpu_second_process_does_not_retune(monkeypatch, tmp_path):
+    # a new Tuner (as in a new process) over the same cache directory takes the stored plan, untimed
+    x = torch.randn(7, 3000, device="cuda")
+    monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True)))
+    first, plan = kpw.pointwise_chain_impl(x, return_plan=True)
+    timed = []
+    real = tuning.gpu_time_ms
+    monkeypatch.setattr(tuning, "gpu_time_ms", lambda *a, **k: (timed.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True)))
+    again, plan2 = kpw.pointwise_chain_impl(x, return_plan=True)
+    assert plan2 == plan and timed == [] and torch.equal(first, again)
