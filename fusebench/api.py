@@ -2,6 +2,10 @@
 
     import fusebench
     df = fusebench.run(["softmax"], impls=["eager", "inductor"], shapes="4096x4096")
+    df = fusebench.run(["softmax"], shapes=[(256, 256), (1024, 4096)])
+
+It takes what `fusebench run` takes, with the same defaults: the default implementations, the
+default metrics, cells in worker processes.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from fusebench.cases import load_plugin
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
-from fusebench.runner.plan import Cell, plan_cells
+from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.scheduler import RunOptions, Scheduler, visible_device
 from fusebench.store import Store, StoreError, default_db_path
 
@@ -40,39 +44,74 @@ def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
     return list(gpus)
 
 
+def _names(value: str | Sequence[str] | None) -> list[str] | None:
+    """'a,b' or ['a', 'b'] -> ['a', 'b']; None or empty -> None."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip() for n in items if n and n.strip()]
+    return names or None
+
+
+def _registered_here(cases: list[str] | None, impls: list[str] | None, plugins: list[str]) -> bool:
+    """Whether the selection uses a case or an implementation registered in this process other than
+    through a plugin file: a worker process could not see it."""
+    from fusebench.cases import all_cases, get_case
+    from fusebench.runner.plan import select_impls
+
+    files = {os.path.abspath(p) for p in plugins}
+    for case in [get_case(n) for n in cases] if cases else all_cases():
+        if case.plugin is not None and case.plugin not in files:
+            return True
+    for impl in select_impls(impls, "cpu"):
+        module = type(impl).__module__
+        if not module.startswith(("fusebench.", "fusebench_plugin_")):
+            return True
+    return False
+
+
 def run(
-    cases: Sequence[str] | None = None,
-    impls: Sequence[str] | None = None,
-    shapes: str = "quick",
+    cases: str | Sequence[str] | None = None,
+    impls: str | Sequence[str] | None = None,
+    shapes: ShapeSpec = "quick",
     dtype: str | None = None,
     device: str | None = None,
     db: str | None = None,
     plugins: Sequence[str] = (),
-    isolate: bool = False,
+    isolate: bool | None = None,
     timing: TimingSettings | None = None,
     cell_timeout: float = 900.0,
     gpus: str | Sequence[int] | None = None,
     resume: int | None = None,
-    metrics: str | Sequence[str] | None = "none",
+    metrics: str | Sequence[str] | None = "default",
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
-    `isolate=True` runs each cell in a worker process (crash and hang containment, several GPUs);
-    the default runs in this process, which also sees cases registered interactively.
+    Takes what `fusebench run` takes: `impls` None for the default implementations, "all" for
+    every one, or names; `shapes` "quick", "grid", "AxB,CxD" or a list of tuples such as
+    [(256, 256)].  `isolate` (default: as the CLI, in worker processes) contains crashes and hangs;
+    a selection with a case or implementation registered in this process (not from a plugin file)
+    runs here, where it is known, unless `isolate=True` is asked for.
     """
     plugins = list(plugins)
     for path in plugins:
         load_plugin(path)
+    cases, impls = _names(cases), _names(impls)
     gpu_list = _parse_gpus(gpus)
+    skipped: dict[str, str] = {}
     if resume is None:  # validate the whole request before the store is touched
         device = _check_device(device or best_device())
         timing = timing or TimingSettings()
         metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
-        todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
-        request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                       shapes=shapes, dtype=dtype, device=device, plugins=plugins, metrics=list(metric_names))
+        shapes = shape_spec_text(shapes)
+        todo = plan_cells(cases, impls, shapes, dtype, device)
+        skipped = not_planned(device, cases) if not impls else {}
+        request = dict(cases=cases, impls=impls, shapes=shapes, dtype=dtype, device=device, plugins=plugins,
+                       metrics=list(metric_names))
+    if isolate is None:
+        isolate = not _registered_here(cases, impls, plugins)
     store = Store.open(db or default_db_path())
     try:
         if resume is None:
@@ -92,7 +131,7 @@ def run(
         finally:
             store.finish_run(run_id, status)
         df = store.cells(run_id)
-        df.attrs.update(run_id=run_id, db=store.path)
+        df.attrs.update(run_id=run_id, db=store.path, not_planned=skipped)
         return df
     finally:
         store.close()
@@ -131,11 +170,19 @@ def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, plugi
     return [c for c in cells if c.key() not in done], timing, tuple(request.get("metrics") or ())
 
 
-def results(run_id: int | None = None, db: str | None = None) -> pd.DataFrame:
-    """The rows of one run (default: the latest) as a DataFrame."""
+def results(run_id: int | None = None, db: str | None = None, raw: bool = False) -> pd.DataFrame:
+    """The rows of one run (default: the latest) as a DataFrame, each with the run's identity (run
+    id, device, torch, Triton, commit) and a numeric column per shape axis (docs/columns.md).
+    `raw=True`: the stored rows alone."""
+    from fusebench.report.export import with_run_columns
+
     store = Store.open(db or default_db_path(), create=False)
     try:
-        return store.cells(run_id)
+        rows = store.cells(run_id)
+        if raw:
+            return rows
+        return with_run_columns(rows, store.run_info(int(rows["run_id"].iloc[0]) if len(rows) else
+                                                     (run_id or store.latest_run())))
     finally:
         store.close()
 
