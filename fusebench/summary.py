@@ -57,9 +57,9 @@ def cell_text(row, base=None, ceiling=None, role: str = "") -> str:
     if pd.isna(row.time_us):
         return "[green]ok[/] (no timing)"
     text = _fmt_time(row.time_us) + _spread_text(row)
-    if role:  # the baseline or a ceiling: no ratio of its own
+    if role == "ceiling":  # a bound, not a competitor: its time alone
         return text
-    if _timed(base):
+    if role != "baseline" and _timed(base):
         speedup = base.time_us / row.time_us
         color = "green" if speedup >= 1.05 else "red" if speedup < 0.95 else ""
         text += f" [{color}]{speedup:.2f}×[/]" if color else f" {speedup:.2f}×"

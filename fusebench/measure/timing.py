@@ -304,13 +304,16 @@ def _time_host(fn, st: TimingSettings) -> TimeStats:
     block ~rep_ms) until IQR / median <= stable_spread, host_max_ms is spent, or max_reps taken.
     Every call is its own sample, so the stored spread is the calls' own."""
     t0 = time.perf_counter()
-    n = 0
+    warm: list[float] = []
     while True:
+        t = time.perf_counter()
         fn()
-        n += 1
-        if (time.perf_counter() - t0) * 1e3 >= st.warmup_ms or n >= st.max_reps:
+        warm.append(time.perf_counter() - t)
+        if (time.perf_counter() - t0) * 1e3 >= st.warmup_ms or len(warm) >= st.max_reps:
             break
-    block = _reps((time.perf_counter() - t0) * 1e3 / n, st)
+    # The median warm-up call sizes a block: a few calls stretched by a busy host must not
+    # shrink it to a handful of calls.
+    block = _reps(statistics.median(warm) * 1e3, st)
     samples: list[float] = []
     start = time.perf_counter()
     while True:

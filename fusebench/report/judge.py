@@ -3,7 +3,10 @@ whether it is too noisy to trust, % of the case's ceiling, launch-bound verdicts
 change between two runs is outside the noise.
 
 A change is real when a bootstrap interval of the ratio of medians, resampled from the stored
-repetitions of both cells, excludes 1.  Rows stored without repetitions fall back to their
+repetitions of both cells, excludes 1, and the change is larger than the cells' own spread (IQR /
+median, the larger of the two).  The bootstrap alone grows very sure with a thousand repetitions:
+it would call real a shift of a few percent that is only the host's load changing between two runs,
+which moves a call by about its spread.  Rows stored without repetitions fall back to their
 quantiles: the change is real when the two q20-q80 ranges do not overlap.
 """
 from __future__ import annotations
@@ -62,10 +65,12 @@ class Change:
     lo: float
     hi: float
     method: str  # "bootstrap" | "quantiles"
+    floor: float = 0.0  # the cells' spread: a smaller change is within what the host's load moves
 
     @property
     def real(self) -> bool:
-        return self.lo > 1.0 or self.hi < 1.0
+        outside = self.lo > 1.0 or self.hi < 1.0
+        return outside and abs(math.log(self.ratio)) > math.log1p(self.floor)
 
     @property
     def regression_pct(self) -> float:
@@ -98,7 +103,8 @@ def change(row_a, row_b) -> Change | None:
     sa, sb = samples(row_a), samples(row_b)
     if sa is not None and sb is not None:
         lo, hi = bootstrap_ratio(sa, sb)
-        return Change(ratio, min(lo, ratio), max(hi, ratio), "bootstrap")
+        floor = max(cell_spread(row_a) or 0.0, cell_spread(row_b) or 0.0)
+        return Change(ratio, min(lo, ratio), max(hi, ratio), "bootstrap", floor)
     qa = (_value(row_a, "time_q20_us") or ta, _value(row_a, "time_q80_us") or ta)
     qb = (_value(row_b, "time_q20_us") or tb, _value(row_b, "time_q80_us") or tb)
     # The ranges overlap: no change the stored quantiles can tell from noise; the interval spans 1.
