@@ -99,8 +99,8 @@ def _availability(impl, device: str) -> str:
     reason = impl.available(device)
     if reason:
         return f"no: {reason}"
-    cases = [c.name for c in all_cases()
-             if impl.supports(c, (c.cpu_shapes or c.quick_shapes)[0], c.default_dtype, device) is None]
+    cases = [c.name for c in all_cases() if impl.applies(c)
+             and impl.supports(c, (c.cpu_shapes or c.quick_shapes)[0], c.default_dtype, device) is None]
     return "yes (all cases)" if len(cases) == len(all_cases()) else f"yes: {', '.join(cases) or 'no case yet'}"
 
 

@@ -206,7 +206,7 @@ def test_pairs_are_choosable(run):
 def test_report_of_a_real_cpu_run(tmp_path):
     api = pytest.importorskip("fusebench.api")
     db = str(tmp_path / "cpu.db")
-    api.run(["softmax"], impls=["eager"], shapes="64x64,64x128", db=db)
+    api.run(["softmax"], impls=["eager"], shapes="64x64,64x128", db=db, isolate=False, metrics="none")
     store = Store.open(db)
     with open(render_report(store, None, str(tmp_path / "cpu.html")), encoding="utf-8") as f:
         html = f.read()

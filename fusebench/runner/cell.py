@@ -98,7 +98,9 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
     if dtype not in case.dtypes:
         row.update(status="unsupported", reason=f"{case.name} is not defined for {row['dtype']}")
         return
-    reason = impl.supports(case, shape, dtype, device)
+    # The planner never plans a cell that does not apply; `fusebench show` can ask for one.
+    reason = impl.supports(case, shape, dtype, device) if impl.applies(case) else \
+        f"{impl.name} does not apply to {case.name}"
     if reason:
         row.update(status="unsupported", reason=reason)
         return
