@@ -270,3 +270,21 @@ def test_every_column_is_described_and_the_doc_matches():
     assert r.exit_code == 0
     for name, text in COLUMNS.items():
         assert name in r.output and text[:40] in " ".join(r.output.split()), name
+
+
+def test_report_flags_noisy_and_launch_bound_cells(db, tmp_path):
+    from fusebench.report import render_report
+
+    store = Store.open(db)
+    run_id = store.start_run({"device": "cuda", "device_name": "synthetic"}, {}, {})
+    for row in (_row("conv_relu", "eager", "4x256x14x14x1024x1x1x1", 35.6, wall=55.5),
+                _row("conv_relu", "triton", "4x256x14x14x1024x1x1x1", 15.8, wall=212.0, spread_=0.4),
+                _row("softmax", "eager", "64x64", 20.0), _row("softmax", "triton", "64x64", 10.0),
+                _row("softmax", "memcpy", "64x64", 8.0)):
+        store.add_cell(run_id, {k: v for k, v in row.items() if v is not None})
+    store.finish_run(run_id)
+    html = open(render_report(store, run_id, str(tmp_path / "r.html")), encoding="utf-8").read()
+    store.close()
+    assert "Launch-bound (faster than eager on the device, slower from Python): 4x256x14x14x1024x1x1x1" in html
+    assert "Cells too noisy to trust" in html and "spread % median · max" in html
+    assert "% of ceiling" in html and "triton vs memcpy" not in html and "memcpy vs eager" not in html

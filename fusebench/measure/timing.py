@@ -80,7 +80,7 @@ class TimingSettings:
     # CPU only: time blocks of calls until IQR / median of the samples is at most this (the rule
     # of torch.utils.benchmark's adaptive_autorange), or until host_max_ms is spent.
     stable_spread: float = 0.10
-    host_max_ms: float = 400.0
+    host_max_ms: float = 250.0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

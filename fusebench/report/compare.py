@@ -4,7 +4,8 @@ Run A is the reference and run B the one judged: each heatmap shows time(A) / ti
 above 1 B is faster, as in the run report's speedups.  A cell *regressed* by
 (time(B) / time(A) - 1) x 100 percent.  A change is *real* only when it is outside the noise: a
 bootstrap interval of time(B) / time(A), resampled from both cells' stored repetitions, excludes 1
-(report.judge; rows without repetitions: their q20-q80 ranges do not overlap).
+and the change exceeds the cells' own spread (report.judge; rows without repetitions: their
+q20-q80 ranges do not overlap).
 `CompareResult.real_regressions(PCT)` are the cells `fusebench compare --fail-above PCT` fails on.
 Per case, each implementation's speedup over the baseline (default eager) in A and in B.
 """
