@@ -123,7 +123,10 @@ def ceiling_pct(time_us, ceiling_time_us) -> float | None:
 
 def launch_bound(row, base) -> bool:
     """Faster than the baseline on the device but slower from Python: host launch cost (wrappers,
-    guards) turns the verdict.  Only where both have a wall time."""
+    guards) turns the verdict.  Only on a GPU (on the CPU both times are host times, and their
+    difference is noise) and where both have a wall time."""
+    if not str(_value(row, "device") or "cuda").startswith("cuda"):
+        return False
     t, bt = _value(row, "time_us"), _value(base, "time_us")
     w, bw = _value(row, "wall_time_us"), _value(base, "wall_time_us")
     if not (t and bt and w and bw):
