@@ -208,7 +208,7 @@ def test_change_falls_back_to_quantiles_without_samples():
 
 def test_a_plugin_implementation_twice_as_slow_is_caught(db, tmp_path, monkeypatch):
     out = str(tmp_path / "c.html")
-    args = ("run", "softmax", "--impl", "test-doubled", "--shapes", "256x512", "--db", db, "--no-isolate",
+    args = ("run", "softmax", "--impl", "test-doubled", "--shapes", "512x1024", "--db", db, "--no-isolate",
             "--metrics", "none")
     monkeypatch.setenv("FUSEBENCH_TEST_WORK", "1")
     r = invoke(*args, "--plugin", PLUGIN)
@@ -217,7 +217,7 @@ def test_a_plugin_implementation_twice_as_slow_is_caught(db, tmp_path, monkeypat
     assert invoke(*args).exit_code == 0
     r = invoke("compare", 1, 2, "--db", db, "--fail-above", 5, "-o", out)
     assert r.exit_code == 1, r.output
-    assert re.search(r"regressed \d+\.\d% .*: softmax test-doubled 256x512 fp32", r.output), r.output
+    assert re.search(r"regressed \d+\.\d% .*: softmax test-doubled 512x1024 fp32", r.output), r.output
 
 
 # --------------------------------------------------------------------------------------------
