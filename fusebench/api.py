@@ -2,6 +2,10 @@
 
     import fusebench
     df = fusebench.run(["softmax"], impls=["eager", "inductor"], shapes="4096x4096")
+    df = fusebench.run(["softmax"], shapes=[(256, 256), (1024, 4096)])
+
+It takes what `fusebench run` takes, with the same defaults: the default implementations, the
+default metrics, cells in worker processes.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner import ray_backend
-from fusebench.runner.plan import Cell, plan_cells
+from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
 from fusebench.util import first_line
@@ -43,20 +47,46 @@ def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
     return list(gpus)
 
 
+def _names(value: str | Sequence[str] | None) -> list[str] | None:
+    """'a,b' or ['a', 'b'] -> ['a', 'b']; None or empty -> None."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip() for n in items if n and n.strip()]
+    return names or None
+
+
+def _registered_here(cases: list[str] | None, impls: list[str] | None, plugins: list[str]) -> bool:
+    """Whether the selection uses a case or an implementation registered in this process other than
+    through a plugin file: a worker process could not see it."""
+    from fusebench.cases import all_cases, get_case
+    from fusebench.runner.plan import select_impls
+
+    files = {os.path.abspath(p) for p in plugins}
+    for case in [get_case(n) for n in cases] if cases else all_cases():
+        if case.plugin is not None and case.plugin not in files:
+            return True
+    for impl in select_impls(impls, "cpu"):
+        module = type(impl).__module__
+        if not module.startswith(("fusebench.", "fusebench_plugin_")):
+            return True
+    return False
+
+
 def run(
-    cases: Sequence[str] | None = None,
-    impls: Sequence[str] | None = None,
-    shapes: str = "quick",
+    cases: str | Sequence[str] | None = None,
+    impls: str | Sequence[str] | None = None,
+    shapes: ShapeSpec = "quick",
     dtype: str | None = None,
     device: str | None = None,
     db: str | None = None,
     plugins: Sequence[str] = (),
-    isolate: bool = False,
+    isolate: bool | None = None,
     timing: TimingSettings | None = None,
     cell_timeout: float = 900.0,
     gpus: str | Sequence[int] | None = None,
     resume: int | None = None,
-    metrics: str | Sequence[str] | None = "none",
+    metrics: str | Sequence[str] | None = "default",
     on_cell: Callable[[Cell, dict | None], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
     retry_failed: bool = False,
@@ -65,8 +95,11 @@ def run(
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
-    `isolate=True` runs each cell in a worker process (crash and hang containment, several GPUs);
-    the default runs in this process, which also sees cases registered interactively.
+    Takes what `fusebench run` takes: `impls` None for the default implementations, "all" for
+    every one, or names; `shapes` "quick", "grid", "AxB,CxD" or a list of tuples such as
+    [(256, 256)].  `isolate` (default: as the CLI, in worker processes) contains crashes and hangs;
+    a selection with a case or implementation registered in this process (not from a plugin file)
+    runs here, where it is known, unless `isolate=True` is asked for.
 
     `resume=N` measures the cells run N is missing, with its own selection and settings.  Its
     plugins must be given again in `plugins` (the same files: path and content hash are checked
@@ -82,7 +115,9 @@ def run(
     path = os.path.abspath(db or default_db_path())
     check_writable(path)  # a store that cannot take the run is refused before anything runs
     records = [plugin_record(p) for p in plugins]
+    cases, impls = _names(cases), _names(impls)
     seen, cluster = None, None
+    skipped: dict[str, str] = {}
     try:  # a Ray cluster connected while the request is checked is released on any refusal
         if resume is None:  # validate the whole request before the store is touched
             if retry_failed:
@@ -96,14 +131,16 @@ def run(
                 device = cluster.device
             timing = timing or TimingSettings()
             metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
-            if not isinstance(shapes, str) or not any(s.strip() for s in shapes.split(",")):
+            shapes = shape_spec_text(shapes)
+            if not any(s.strip() for s in shapes.split(",")):
                 raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
-            todo = plan_cells(list(cases) if cases else None, list(impls) if impls else None, shapes, dtype, device)
+            todo = plan_cells(cases, impls, shapes, dtype, device)
             if not todo:
                 raise ValueError("the request selects no cells")
             _check_sizes(todo)
-            request = dict(cases=list(cases) if cases else None, impls=list(impls) if impls else None,
-                           shapes=shapes, dtype=dtype, device=device, plugins=records, metrics=list(metric_names))
+            skipped = not_planned(device, cases) if not impls else {}
+            request = dict(cases=cases, impls=impls, shapes=shapes, dtype=dtype, device=device, plugins=records,
+                           metrics=list(metric_names))
         else:
             with Store.open(path, create=False) as ro:  # read-only until every check has passed
                 seen = ro.run_info(resume)
@@ -117,6 +154,8 @@ def run(
                 todo, timing, metric_names = _resume_plan(ro, resume, timing, RETRIED if retry_failed else ())
         if ray is not None and cluster is None:  # a resume: the run's own device
             cluster = ray_backend.open_cluster(ray, ray_gpu_kind, request.get("device"), gpus)
+        if isolate is None:
+            isolate = not _registered_here(cases, impls, [r["path"] for r in records])
         store = Store.open(path)
     except BaseException:
         ray_backend.disconnect(cluster)
@@ -145,7 +184,7 @@ def run(
         finally:
             store.finish_run(run_id, status)
         df = store.cells(run_id)
-        df.attrs.update(run_id=run_id, db=store.path)
+        df.attrs.update(run_id=run_id, db=store.path, not_planned=skipped)
         return df
     finally:
         store.close()
@@ -249,10 +288,21 @@ def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, redo:
     return [c for c in cells if c.key() not in done], timing, metrics
 
 
-def results(run_id: int | None = None, db: str | None = None) -> pd.DataFrame:
-    """The rows of one run (default: the latest) as a DataFrame."""
-    with Store.open(db or default_db_path(), create=False) as store:  # read-only
-        return store.cells(run_id)
+def results(run_id: int | None = None, db: str | None = None, raw: bool = False) -> pd.DataFrame:
+    """The rows of one run (default: the latest) as a DataFrame, each with the run's identity (run
+    id, device, torch, Triton, commit) and a numeric column per shape axis (docs/columns.md).
+    `raw=True`: the stored rows alone."""
+    from fusebench.report.export import with_run_columns
+
+    store = Store.open(db or default_db_path(), create=False)
+    try:
+        rows = store.cells(run_id)
+        if raw:
+            return rows
+        return with_run_columns(rows, store.run_info(int(rows["run_id"].iloc[0]) if len(rows) else
+                                                     (run_id or store.latest_run())))
+    finally:
+        store.close()
 
 
 __all__ = ["run", "results", "StoreError"]

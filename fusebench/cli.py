@@ -113,9 +113,22 @@ def _availability(impl, device: str) -> str:
     reason = impl.available(device)
     if reason:
         return f"no: {reason}"
-    cases = [c.name for c in all_cases()
-             if impl.supports(c, (c.cpu_shapes or c.quick_shapes)[0], c.default_dtype, device) is None]
+    cases = [c.name for c in all_cases() if impl.applies(c)
+             and impl.supports(c, (c.cpu_shapes or c.quick_shapes)[0], c.default_dtype, device) is None]
     return "yes (all cases)" if len(cases) == len(all_cases()) else f"yes: {', '.join(cases) or 'no case yet'}"
+
+
+def check_baseline(name: str) -> str:
+    """A --baseline: a known implementation that is not a ceiling (a copy is no baseline)."""
+    from fusebench.impls import get_impl
+
+    impl = get_impl(name)
+    if impl.kind == "ceiling":
+        raise ValueError(f"--baseline {name!r} is a ceiling: speedups are over an implementation of the case")
+    return name
+
+
+BASELINE_HELP = "Implementation that speedups are computed against."
 
 
 def _interrupt(signum, frame):
@@ -127,7 +140,10 @@ def _interrupt(signum, frame):
 @bad_input_is_exit_2
 def run(
     cases: Optional[List[str]] = typer.Argument(None, help="Cases to run (default: all)."),
-    impl: Optional[List[str]] = typer.Option(None, "--impl", help="Implementations, comma-separated."),
+    impl: Optional[List[str]] = typer.Option(
+        None, "--impl", help="Implementations, comma-separated, or all (default: eager, inductor, triton, the vendor "
+                             "kernels and the ceilings, where they run here; slow ones such as "
+                             "inductor-max-autotune only by name or all)."),
     shapes: str = typer.Option("quick", help="quick | grid | AxB,CxD,..."),
     dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: each case's own)."),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
@@ -150,10 +166,13 @@ def run(
     metrics: str = typer.Option("default", help="Metric families beyond time and accuracy: default | all | none | "
                                                 "kernels,graph,memory,flops,roofline,compile,ncu"),
     ncu: bool = typer.Option(False, "--ncu", help="Add Nsight Compute counters (DRAM bytes, instructions)."),
-    flush: str = typer.Option("clean", help="L2 flush before each timed call: clean | evict_last | zero "
-                                            "(evict_last: leaves dirty lines for the timed call; zero: as do_bench)."),
+    flush: str = typer.Option("clean", help="L2 flush before each timed call: clean (evict_last stores, then a "
+                                            "read sweep that leaves L2 clean) | evict_last (the stores alone) | "
+                                            "zero (ordinary stores, as triton.testing.do_bench)."),
     warm_call: bool = typer.Option(True, help="After each flush, run the call once on a second input set "
-                                              "(calls up to 1 GiB of traffic; --no-warm-call: none)."),
+                                              "(calls up to 1 GiB of traffic), so that what the flush disturbed "
+                                              "beyond the data is settled before the timed call."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]",
                                       help="Run the cells on Ray actors, one per GPU (or CPU slot): on a Ray "
                                            "instance started here, or on the cluster at ADDRESS (auto, "
@@ -171,6 +190,7 @@ def run(
     from fusebench.metrics import parse_metrics
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
+    check_baseline(baseline)
     if resume is not None and (cases or impl or dtype or device or shapes != "quick" or flush != "clean"
                                or not warm_call):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
@@ -226,7 +246,7 @@ def run(
         raise typer.Exit(130)
     from fusebench.summary import print_summary
 
-    print_summary(df, out)
+    print_summary(df, out, baseline=baseline)
     if isolate and ray is None:
         err.print(f"workers' output (compiler warnings, profiler messages): {plain(df.attrs.get('db', ''))}.log",
                   highlight=False, markup=False)
@@ -244,16 +264,29 @@ def results(
     db: Optional[str] = typer.Option(None, help="Results database."),
     format: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write to this file instead of stdout."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP),
+    describe: bool = typer.Option(False, "--describe", help="Print what each exported column means and exit."),
 ):
     """Print or export the cells of a run."""
     import fusebench
     from fusebench.summary import print_summary
 
+    if describe:
+        from fusebench.report.columns import render_text
+
+        t = Table(title="result columns (docs/columns.md)", title_justify="left")
+        t.add_column("column", no_wrap=True)
+        t.add_column("meaning", overflow="fold")
+        for name, text in render_text():
+            t.add_row(escape(name), escape(text))
+        out.print(t)
+        return
     if format not in ("table", "csv", "json", "parquet"):
         fail(f"unknown format {format!r}; choose table, csv, json or parquet")
+    check_baseline(baseline)
     df = fusebench.results(run_id, db)
     if format == "table":
-        print_summary(df, out)
+        print_summary(df, out, baseline=baseline)
         return
     from fusebench.report.export import export
 
@@ -268,15 +301,17 @@ def report(
     db: Optional[str] = typer.Option(None, help="Results database."),
     output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
     pair: Optional[List[str]] = typer.Option(None, help="IMPL/BASELINE heatmap pairs, e.g. triton/inductor."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP + " (pairs of every implementation over it)"),
 ):
     """Write a self-contained HTML report of a run: heatmaps over the shape grids and tables."""
     from fusebench.report import parse_pair, render_report
     from fusebench.store import Store, default_db_path
 
     pairs = [parse_pair(p) for p in _split(pair)] if pair else None
+    check_baseline(baseline)
     runs = parse_run_ids(run_id) if run_id else None
     with Store.open(db or default_db_path(), create=False) as store:  # read-only
-        path = render_report(store, runs, output, pairs=pairs)
+        path = render_report(store, runs, output, pairs=pairs, baseline=baseline)
     out.print(f"wrote {plain(path)}", highlight=False, markup=False)
 
 
@@ -288,33 +323,45 @@ def compare(
     db: Optional[str] = typer.Option(None, help="Results database holding run A (and B)."),
     db_b: Optional[str] = typer.Option(None, help="Results database holding run B, if another."),
     output: str = typer.Option("compare.html", "-o", "--output", help="HTML file to write."),
-    fail_above: Optional[float] = typer.Option(None, help="Exit 1 if any cell got slower by more than PCT %."),
+    fail_above: Optional[float] = typer.Option(None, help="Exit 1 if any cell got slower by more than PCT % "
+                                                          "outside the noise of its repetitions, or newly fails."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP + " (within each run)"),
 ):
     """Compare the same cells of two runs (devices, versions, commits): ratio heatmaps and a summary."""
     from fusebench.report import render_compare
     from fusebench.store import Store, default_db_path
 
+    check_baseline(baseline)
     store_a = Store.open(db or default_db_path(), create=False)
     store_b = Store.open(db_b, create=False) if db_b else store_a
     try:
-        result = render_compare(store_a, run_a, store_b, run_b, output)
+        result = render_compare(store_a, run_a, store_b, run_b, output, baseline=baseline)
     finally:
         store_a.close()
         if store_b is not store_a:
             store_b.close()
     geo = f"{result.geomean_speedup:.3f}×" if result.geomean_speedup else "n/a"
     out.print(f"wrote {plain(result.out_path)}: {result.matched} cells timed in both runs, geomean speedup of run "
-              f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}%; "
+              f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}% "
+              f"({result.max_real_regression_pct:.1f}% outside the noise); "
               f"{len(result.new_failures)} cell(s) newly failing", highlight=False, markup=False)
+    if fail_above is None:
+        return
+    real = result.real_regressions(fail_above)
+    within = len(result.regressed(fail_above)) - len(real)
+    if within:
+        err.print(f"--fail-above {fail_above:g}: {within} cell(s) slower by more than {fail_above:g}% but within "
+                  f"the noise of their repetitions (not counted)", highlight=False)
     # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
-    if fail_above is not None and (result.max_regression_pct > fail_above or len(result.new_failures)):
-        for r in result.regressed(fail_above).head(5).itertuples():
-            err.print(plain(f"  regressed {r.regression_pct:.1f}%: {r.case_name} {r.impl} {r.shape} {r.dtype}"),
-                      highlight=False, markup=False)
-        for r in result.new_failures.head(5).itertuples():
-            err.print(plain(f"  newly failing: {r.case_name} {r.impl} {r.shape} {r.dtype}"), highlight=False,
-                      markup=False)
-        err.print(f"--fail-above {fail_above:g}: {len(result.regressed(fail_above))} cell(s) regressed, "
+    if len(real) or len(result.new_failures):
+        for r in real.itertuples():
+            err.print(f"  regressed {r.regression_pct:.1f}% (B / A within {r.change_lo:.3f}-{r.change_hi:.3f}): "
+                      f"{plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
+                      markup=False, highlight=False)
+        for r in result.new_failures.itertuples():
+            err.print(f"  newly failing: {plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
+                      markup=False, highlight=False)
+        err.print(f"--fail-above {fail_above:g}: {len(real)} cell(s) regressed outside the noise, "
                   f"{len(result.new_failures)} newly failing", highlight=False)
         raise typer.Exit(1)
 

@@ -1,26 +1,22 @@
-"""The terminal summary of a run: per case, each implementation's time and speedup over eager."""
+"""The terminal summary of a run: per case, each implementation's time, spread, speedup over the
+baseline and % of the case's ceiling; then which implementation is fastest, and why cells were
+not measured (once per implementation)."""
 from __future__ import annotations
+
+from collections import Counter
 
 import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fusebench.impls.ceiling import ceiling_for
+from fusebench.measure.timing import NOISY_SPREAD
+from fusebench.report.judge import cell_spread, ceiling_pct, is_noisy, launch_bound
 from fusebench.util import plain
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed": "bold red",
                 "timeout": "red", "oom": "yellow", "skipped": "dim", "unsupported": "dim"}
-
-
-def _t(value) -> str:
-    """Text from a store, for a markup string or a Table: control characters replaced, markup escaped."""
-    return escape(plain(value))
-
-
-def _status(status) -> str:
-    """A status, styled when it is one fusebench writes (a store can hold anything)."""
-    style = STATUS_STYLE.get(status)
-    return f"[{style}]{_t(status)}[/]" if style else _t(status)
 
 
 def _fmt_time(us: float) -> str:
@@ -31,17 +27,46 @@ def _fmt_time(us: float) -> str:
     return f"{us:.1f} µs"
 
 
-def cell_text(row, base_time: float | None) -> str:
+def is_ceiling(impl: str) -> bool:
+    from fusebench.impls import get_impl
+
+    try:
+        return get_impl(impl).kind == "ceiling"
+    except Exception:  # an implementation of a plugin not loaded here
+        return impl in ("memcpy", "torch-mm")
+
+
+def _timed(row) -> bool:
+    return row is not None and row.status == "ok" and not pd.isna(row.time_us)
+
+
+def _spread_text(row) -> str:
+    s = cell_spread(row)
+    if s is None:
+        return ""
+    text = f"±{s * 100:.0f}%"
+    return f" [yellow]{text}![/]" if is_noisy(s) else f" [dim]{text}[/]"
+
+
+def cell_text(row, base=None, ceiling=None, role: str = "") -> str:
+    """One table cell: time and spread; for an implementation also its speedup over the baseline,
+    its % of the ceiling and, where wall time turns the verdict, the wall-time speedup."""
     status = row.status
     if status != "ok":
-        return _status(status)
+        return f"[{STATUS_STYLE.get(status, '')}]{escape(plain(status))}[/]"
     if pd.isna(row.time_us):
         return "[green]ok[/] (no timing)"
-    text = _fmt_time(row.time_us)
-    if base_time and row.impl != "eager":
-        speedup = base_time / row.time_us
+    text = _fmt_time(row.time_us) + _spread_text(row)
+    if role == "ceiling":  # a bound, not a competitor: its time alone
+        return text
+    if role != "baseline" and _timed(base):
+        speedup = base.time_us / row.time_us
         color = "green" if speedup >= 1.05 else "red" if speedup < 0.95 else ""
         text += f" [{color}]{speedup:.2f}×[/]" if color else f" {speedup:.2f}×"
+        if launch_bound(row, base):
+            text += f" [magenta]wall {base.wall_time_us / row.wall_time_us:.2f}×[/]"
+    if _timed(ceiling):
+        text += f" [cyan]{ceiling_pct(row.time_us, ceiling.time_us):.0f}%[/]"
     return text
 
 
@@ -52,42 +77,102 @@ def accuracy_text(rows: pd.DataFrame) -> str:
         return ""
     worst = checked.loc[checked.tol_ratio.idxmax()]
     failed = (rows.status == "mismatch").sum()
-    text = f"worst {worst.tol_ratio:.2g}×tol ({_t(worst.impl)})"
+    text = f"worst {worst.tol_ratio:.2g}×tol ({escape(plain(worst.impl))})"
     return f"[bold red]{failed} mismatch[/], {text}" if failed else text
 
 
-def print_summary(df: pd.DataFrame, console: Console) -> None:
+def fastest(cdf: pd.DataFrame) -> Counter:
+    """Per (shape, dtype), the implementation (not a ceiling) with the lowest time."""
+    ok = cdf[(cdf.status == "ok") & cdf.time_us.notna() & ~cdf.impl.map(is_ceiling)]
+    wins: Counter = Counter()
+    for _, sdf in ok.groupby(["shape", "dtype"], sort=False):
+        if len(sdf) > 1:
+            wins[sdf.loc[sdf.time_us.idxmin(), "impl"]] += 1
+    return wins
+
+
+def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -> None:
     if df.empty:
         console.print("no cells")
         return
     impls = list(dict.fromkeys(df.impl))
+    noisy = launch = 0
     for case_name, cdf in df.groupby("case_name", sort=False):
-        t = Table(title=_t(case_name), title_justify="left", caption_justify="left")
+        ceiling = ceiling_for(case_name)
+        t = Table(title=escape(plain(case_name)), title_justify="left", caption_justify="left")
         t.add_column("shape")
         t.add_column("dtype")
-        # Columns for the implementations that apply to this case; the rest are listed below.
+        # Columns for the implementations that ran here; those unsupported throughout are listed below.
         case_impls = [i for i in impls if (cdf[cdf.impl == i].status != "unsupported").any()]
         for i in case_impls:
-            t.add_column(_t(i), justify="right")
+            role = " (baseline)" if i == baseline else " (ceiling)" if is_ceiling(i) else ""
+            t.add_column(escape(plain(i)) + role, justify="right")
         t.add_column("accuracy", justify="right")
         for (shape, dtype), sdf in cdf.groupby(["shape", "dtype"], sort=False):
             by_impl = {r.impl: r for r in sdf.itertuples()}
-            eager = by_impl.get("eager")
-            base = eager.time_us if eager is not None and eager.status == "ok" and not pd.isna(eager.time_us) else None
-            t.add_row(_t(shape), _t(dtype), *[cell_text(by_impl[i], base) if i in by_impl else "" for i in case_impls],
-                      accuracy_text(sdf))
+            base, ceil = by_impl.get(baseline), by_impl.get(ceiling) if ceiling else None
+            cells = []
+            for i in case_impls:
+                row = by_impl.get(i)
+                if row is None:
+                    cells.append("")
+                    continue
+                role = "baseline" if i == baseline else "ceiling" if is_ceiling(i) else ""
+                cells.append(cell_text(row, base, ceil, role))
+                if _timed(row):
+                    noisy += is_noisy(cell_spread(row))
+                    launch += bool(not role and _timed(base) and launch_bound(row, base))
+            t.add_row(escape(plain(shape)), escape(plain(dtype)), *cells, accuracy_text(sdf))
+        wins = fastest(cdf)
+        if wins:
+            n = sum(wins.values())
+            t.caption = "fastest: " + ", ".join(f"{escape(plain(i))} at {k} of {n}" for i, k in wins.most_common())
         console.print(t)
     counts = df.status.value_counts()
-    console.print("cells: " + ", ".join(f"{_status(k)} {v}" for k, v in counts.items()))
-    console.print("time: median per call (CUDA events, L2 flushed) on the GPU, host time on the CPU; "
-                  "× = speedup over eager")
-    problems = df[~df.status.isin(["ok"])]
-    if len(problems):
-        console.print("not measured, and why:")
-        grouped = problems.groupby(["status", "reason"], dropna=False, sort=False)
-        for (status, reason), g in grouped:
-            where = _t(", ".join(sorted(set(g.impl))))
-            cases = sorted(set(g.case_name))
-            scope = _t(", ".join(cases)) if len(cases) <= 3 else f"{len(cases)} cases"
-            console.print(f"  {_status(status)} {where} ({scope}; {len(g)} cells): "
-                          f"{_t(reason)}", highlight=False)
+    console.print("cells: " + ", ".join(f"[{STATUS_STYLE.get(k, '')}]{escape(plain(k))}[/] {v}"
+                                        for k, v in counts.items()))
+    device = "the GPU" if (df.device.astype(str).str.startswith("cuda")).any() else "the CPU"
+    console.print(f"time: median per call on {device} "
+                  f"({'CUDA events, L2 flushed' if device == 'the GPU' else 'host time'}), ±: spread "
+                  f"(IQR / median of the repetitions; [yellow]![/] above {NOISY_SPREAD:.0%}: too noisy to trust); "
+                  f"×: speedup over {escape(plain(baseline))}; [cyan]%[/]: of the case's ceiling "
+                  f"(memcpy or torch-mm, same run)", highlight=False)
+    if noisy:
+        console.print(f"[yellow]{noisy} cell(s) too noisy to trust[/] (spread above {NOISY_SPREAD:.0%}): "
+                      f"a quieter machine or a rerun is needed before reading them", highlight=False)
+    if launch:
+        console.print(f"[magenta]{launch} launch-bound cell(s)[/]: faster than {escape(plain(baseline))} on the "
+                      f"device but slower from Python (wall-time speedup shown)", highlight=False)
+    if baseline not in set(df.impl):
+        console.print(f"no {escape(plain(baseline))} cells in this run: no speedups to show", highlight=False)
+    _print_problems(df, console)
+    skipped = df.attrs.get("not_planned") or {}
+    if skipped:
+        console.print("not run here (name one with --impl to run it anyway):", highlight=False)
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in skipped.items():
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in by_reason.items():
+            console.print(f"  {escape(plain(', '.join(names)))}: {escape(plain(reason))}", highlight=False)
+
+
+def _print_problems(df: pd.DataFrame, console: Console) -> None:
+    """Why cells were not measured: `unsupported` once per implementation, the rest by reason."""
+    problems = df[df.status != "ok"]
+    if not len(problems):
+        return
+    console.print("not measured, and why:")
+    unsupported = problems[problems.status == "unsupported"]
+    for impl, g in unsupported.groupby("impl", sort=False):
+        reasons = Counter(g.reason.fillna(""))
+        reason, _ = reasons.most_common(1)[0]
+        more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+        console.print(f"  [dim]unsupported[/] {escape(plain(impl))} ({len(g)} cells): {escape(plain(reason))}{more}",
+                      highlight=False)
+    grouped = problems[problems.status != "unsupported"].groupby(["status", "reason"], dropna=False, sort=False)
+    for (status, reason), g in grouped:
+        where = ", ".join(sorted(set(g.impl)))
+        cases = sorted(set(g.case_name))
+        scope = ", ".join(cases) if len(cases) <= 3 else f"{len(cases)} cases"
+        console.print(f"  [{STATUS_STYLE.get(status, '')}]{escape(plain(status))}[/] {escape(plain(where))} "
+                      f"({escape(plain(scope))}; {len(g)} cells): {escape(plain(str(reason)))}", highlight=False)

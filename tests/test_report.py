@@ -195,7 +195,9 @@ def test_pairs_are_choosable(run):
     store, run_id = run
     cells = store.cells(run_id)
     soft, attention = cells[cells["case_name"] == "softmax"], cells[cells["case_name"] == "attention"]
-    assert case_pairs(soft, None) == [("inductor", "eager"), ("triton", "inductor")]  # no memcpy cells here
+    # every implementation over the baseline, then triton over inductor
+    assert case_pairs(soft, None) == [("inductor", "eager"), ("triton", "eager"), ("triton", "inductor")]
+    assert case_pairs(soft, None, baseline="inductor") == [("eager", "inductor"), ("triton", "inductor")]
     assert case_pairs(soft, [("triton", "eager"), ("sdpa-flash", "eager")]) == [("triton", "eager")]
     assert case_pairs(attention, None) == [("sdpa-flash", "eager")]
     assert case_pairs(attention, [("inductor", "eager")]) == []
@@ -204,7 +206,7 @@ def test_pairs_are_choosable(run):
 def test_report_of_a_real_cpu_run(tmp_path):
     api = pytest.importorskip("fusebench.api")
     db = str(tmp_path / "cpu.db")
-    api.run(["softmax"], impls=["eager"], shapes="64x64,64x128", db=db)
+    api.run(["softmax"], impls=["eager"], shapes="64x64,64x128", db=db, isolate=False, metrics="none")
     store = Store.open(db)
     with open(render_report(store, None, str(tmp_path / "cpu.html")), encoding="utf-8") as f:
         html = f.read()
@@ -213,19 +215,39 @@ def test_report_of_a_real_cpu_run(tmp_path):
     assert "Fewer than two implementations were timed" in html  # eager alone: no pair to draw
 
 
-def test_report_reads_memcpy_as_a_ceiling(tmp_path):
-    # triton over the same-size copy is drawn by default and titled as a fraction, not a speedup
+def test_report_shows_ceilings_as_percent_of_ceiling_not_speedup(tmp_path):
     api = pytest.importorskip("fusebench.api")
     db = str(tmp_path / "cpu.db")
-    api.run(["softmax"], impls=["eager", "memcpy"], shapes="64x64,64x128", db=db)
+    api.run(["softmax", "matmul_add"], impls=["eager", "memcpy", "torch-mm"], shapes="64x64,64x128", db=db,
+            isolate=False, metrics="none")
     store = Store.open(db)
     cells = store.cells(None)
-    with open(render_report(store, None, str(tmp_path / "cpu.html"), pairs=[("eager", "memcpy")]),
-              encoding="utf-8") as f:
+    assert set(cells[cells.case_name == "softmax"].impl) == {"eager", "memcpy"}  # only the ceiling that applies
+    assert set(cells[cells.case_name == "matmul_add"].impl) == {"eager", "torch-mm"}
+    with open(render_report(store, None, str(tmp_path / "cpu.html")), encoding="utf-8") as f:
         html = f.read()
     store.close()
-    assert ("triton", "memcpy") in case_pairs(cells.assign(impl=cells.impl.replace("eager", "triton")), None)
-    assert "eager as a fraction of memcpy" in html and "speedup of eager over memcpy" not in html
+    assert case_pairs(cells[cells.case_name == "softmax"], None) == []  # a ceiling is not a competitor
+    assert "% of ceiling" in html and "eager as a fraction" not in html and "speedup of memcpy" not in html
+    from fusebench.report.html import ceiling_table, case_section
+
+    soft = case_section("softmax", place(cells[cells.case_name == "softmax"])[0], None, None)
+    [row] = soft["ceiling_rows"]
+    assert (row["impl"], row["ceiling"], row["n"]) == ("eager", "memcpy", 2)
+    assert any("% of ceiling" == b["title"] for b in soft["metrics"])
+    assert "memcpy" in [c.text for r in ceiling_table([{**soft, "anchor": "a"}]).rows for c in r]
+
+
+def test_ceiling_pairs_are_dropped_for_compute_bound_cases(run):
+    # rows stored when memcpy ran on every case: no "fraction of memcpy" for a GEMM
+    store, run_id = run
+    cells = store.cells(run_id)
+    mm = cells[cells["case_name"] == "matmul_add"]
+    copies = mm[mm["impl"] == "eager"].assign(impl="memcpy")
+    assert case_pairs(pd.concat([mm, copies]), [("inductor", "memcpy")]) == []
+    soft = cells[cells["case_name"] == "softmax"]
+    assert case_pairs(pd.concat([soft, soft[soft.impl == "eager"].assign(impl="memcpy")]),
+                      [("inductor", "memcpy")]) == [("inductor", "memcpy")]
 
 
 # --------------------------------------------------------------------------------------------

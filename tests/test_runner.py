@@ -24,7 +24,7 @@ def test_torch_mm_ceiling_is_timed_but_never_checked(db):
     assert mm.max_abs_err.isna().all() and (mm.seeds == 0).all()
     assert all("accuracy" in na for na in mm.na)
     assert (df[(df.impl == "eager")].seeds == 3).all()
-    assert (df[(df.impl == "torch-mm") & (df.case_name == "softmax")].status == "unsupported").all()
+    assert not ((df.impl == "torch-mm") & (df.case_name == "softmax")).any()  # not a GEMM: never planned
 
 
 def test_memcpy_ceiling_moves_the_cases_minimum_bytes(db):
@@ -69,8 +69,8 @@ def test_cublaslt_is_gpu_only_and_epilogue_cases_only(db):
     df = fusebench.run(["matmul_add", "softmax"], impls=["cublaslt"], shapes="64x48", db=db, timing=FAST,
                        device="cpu")
     reasons = dict(zip(df.case_name, df.reason))
-    assert (df.status == "unsupported").all()
-    assert "CUDA" in reasons["matmul_add"] and "matmul-epilogue" in reasons["softmax"]
+    assert (df.status == "unsupported").all() and set(reasons) == {"matmul_add"}  # softmax: not planned
+    assert "CUDA" in reasons["matmul_add"]
 
 
 def test_user_case_gets_every_implementation(db):
@@ -83,8 +83,8 @@ def test_user_case_gets_every_implementation(db):
     by_impl = dict(zip(df.impl, df.status))
     assert by_impl["eager"] == "ok" and by_impl["inductor"] == "ok"
     assert by_impl["memcpy"] == "ok"  # it has a byte model: the same-size copy ceiling applies
-    assert set(by_impl) >= {"eager", "inductor", "triton", "sdpa-flash", "memcpy"}
-    assert by_impl["triton"] == "unsupported" and by_impl["sdpa-flash"] == "unsupported"
+    # no Triton kernel and no attention: those cells do not apply and are not planned
+    assert set(by_impl) == {"eager", "inductor", "memcpy"}
     ok = df[(df.status == "ok") & (df.impl != "memcpy")]
     assert (ok.time_us > 0).all() and (ok.wall_time_us > 0).all() and (ok.seeds == 3).all()
     assert (ok.gbps > 0).all() and (ok.max_rel_err < 1e-5).all()

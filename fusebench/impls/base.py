@@ -44,8 +44,23 @@ class Prepared:
 class Implementation:
     name: str = ""
     description: str = ""
-    # Run by default on the CPU?  (max-autotune is slow to compile there and adds little.)
+    # "implementation": a way to compute the case, compared by speedup over the baseline.
+    # "ceiling": a bound timed beside them (a same-size copy, the GEMM alone); the others are shown
+    # as a percentage of it, and it is never given a speedup or called fastest.
+    kind: str = "implementation"
+    # Planned by a run that names no implementations?  Slow ones (max-autotune) run only by name
+    # or with `--impl all`.
+    default: bool = True
+    # Planned by default on the CPU (when `default` is set)?
     default_on_cpu: bool = True
+
+    def applies(self, case: Case) -> bool:
+        """Whether this implementation computes (or bounds) `case` at all, wherever it runs.
+
+        Structural only: SDPA computes attention and nothing else.  A cell that applies but cannot
+        run here (no GPU, a library missing, a shape the kernel refuses) is `supports()`'s business
+        and ends `unsupported`; a cell that does not apply is never planned."""
+        return True
 
     def available(self, device: str) -> str | None:
         """None if this implementation can run at all on `device`, else why not."""

@@ -15,24 +15,57 @@ a fraction of a stored ceiling does.  For a case that reads much more than it wr
 reduction), the copy's even mix of reads and writes is not the case's mix: read the figure as a
 bound on bytes moved, not on the read rate.
 
-Neither output is compared with the reference (the cell says so under `na`).
+Neither output is compared with the reference (the cell says so under `na`).  Both are of kind
+"ceiling": the summary and the report show every implementation as a percentage of them, never
+a speedup of theirs.
 """
 import torch
 
 from fusebench.impls.base import Implementation, Prepared, implementation
 
 EPILOGUE_CASES = ("matmul_add", "matmul_relu", "matmul_add_relu")
+# A user case is read as memory-bound when it does fewer FLOPs per minimum byte than this (an H100
+# does ~30 fp32 FLOP per byte of DRAM bandwidth; elementwise and reduction work is ~0.1-5).
+MEMORY_BOUND_INTENSITY = 10.0
+
+
+def is_memory_bound(case) -> bool:
+    """A built-in case of the memory-bound set, or a user case with a byte model whose FLOPs per
+    minimum byte (at its first shape) are few.  GEMMs, convolutions and attention are not."""
+    from fusebench.cases import MEMORY_BOUND
+
+    if case.name in MEMORY_BOUND:
+        return True
+    if case.plugin is None or case.bytes_model is None:
+        return False
+    shape = (case.quick_shapes or case.grid_shapes or [None])[0]
+    if shape is None or case.flops_model is None:
+        return True
+    nbytes = case.min_bytes(shape, case.default_dtype) or 0
+    return nbytes > 0 and case.flops(shape, case.default_dtype) / nbytes < MEMORY_BOUND_INTENSITY
+
+
+def ceiling_for(case_name: str) -> str | None:
+    """The ceiling a case's implementations are shown against, by name: torch-mm for the
+    matmul-epilogue cases, memcpy for the memory-bound ones, None for the others."""
+    if case_name in EPILOGUE_CASES:
+        return "torch-mm"
+    try:
+        from fusebench.cases import get_case
+
+        return "memcpy" if is_memory_bound(get_case(case_name)) else None
+    except Exception:  # a case not registered in this process (a plugin's stored rows)
+        return None
 
 
 @implementation
 class TorchMM(Implementation):
     name = "torch-mm"
     description = "torch.mm(a, b) alone (cuBLAS, no epilogue): the GEMM ceiling, output not checked"
+    kind = "ceiling"
 
-    def supports(self, case, shape, dtype, device):
-        if case.name not in EPILOGUE_CASES:
-            return "a GEMM ceiling for the matmul-epilogue cases only"
-        return None
+    def applies(self, case):
+        return case.name in EPILOGUE_CASES
 
     def prepare(self, case, shape, dtype, device):
         return Prepared(fn=lambda a, b, *rest: torch.mm(a, b), note="torch.mm only: no epilogue",
@@ -43,6 +76,10 @@ class TorchMM(Implementation):
 class MemCopy(Implementation):
     name = "memcpy"
     description = "dst.copy_(src) moving the case's minimum bytes: the same-size copy ceiling, output not checked"
+    kind = "ceiling"
+
+    def applies(self, case):
+        return is_memory_bound(case)
 
     def supports(self, case, shape, dtype, device):
         if case.bytes_model is None:

@@ -32,10 +32,8 @@ class CublasLtEpilogue(Implementation):
     def available(self, device):
         return None if device.startswith("cuda") else "needs a CUDA GPU (cuBLASLt)"
 
-    def supports(self, case, shape, dtype, device):
-        if case.name not in EPILOGUE_CASES:
-            return "the matmul-epilogue cases only"
-        return self.available(device)
+    def applies(self, case):
+        return case.name in EPILOGUE_CASES
 
     def prepare(self, case, shape, dtype, device):
         tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32

@@ -59,4 +59,4 @@ class InductorMaxAutotune(_Inductor):
     name = "inductor-max-autotune"
     description = 'torch.compile(fn, mode="max-autotune-no-cudagraphs")'
     mode = "max-autotune-no-cudagraphs"
-    default_on_cpu = False
+    default = False  # minutes of autotuning per run: by name or `--impl all`

@@ -12,9 +12,10 @@ class _SDPA(Implementation):
     def available(self, device):
         return None if device.startswith("cuda") else "needs a CUDA GPU"
 
+    def applies(self, case):
+        return case.name == "attention"
+
     def supports(self, case, shape, dtype, device):
-        if case.name != "attention":
-            return "attention only"
         if self.available(device):
             return self.available(device)
         if dtype not in self.dtypes:

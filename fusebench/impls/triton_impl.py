@@ -19,6 +19,14 @@ class Triton(Implementation):
     name = "triton"
     description = "fusebench's own fused Triton kernel for the case"
 
+    def applies(self, case):
+        # A built-in case has a kernel or is meant to (the registry says which once Triton imports);
+        # a user's case has none.
+        try:
+            return case.name in _kernels()[0]
+        except ImportError:
+            return case.plugin is None
+
     def available(self, device):
         try:
             _kernels()

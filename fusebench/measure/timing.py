@@ -1,48 +1,59 @@
 """Timing one call, measured three honest ways.
 
 - `time`: the median GPU time of one call from CUDA events, with the L2 cache flushed before each
-  call, after warm-up; the spread is kept as quantiles.  A short spin kernel before the start
-  event lets the host enqueue the whole call first, so host launch cost never shows up as GPU time
-  (it is wall_time's business).
+  call, after warm-up; every repetition is kept (`time_samples_us`), and the spread as quantiles
+  and as IQR / median (`time_spread`).  A short spin kernel before the start event lets the host
+  enqueue the whole call first, so host launch cost never shows up as GPU time (it is wall_time's
+  business).
 - `wall_time`: host time per call, calls back to back, synchronised once at the end -- what a
   Python caller pays, Dynamo guards and wrappers included.
-- On the CPU both are host timings (each call is synchronous there).
+- On the CPU both are host timings (each call is synchronous there), and the number of
+  repetitions follows a stability rule, the one torch.utils.benchmark's adaptive_autorange uses:
+  blocks of calls until the IQR of the samples is within `stable_spread` of their median, or
+  `host_max_ms` is spent.
 
 The flush (mode "clean", see _flush_l2) writes a buffer twice the L2's size with `evict_last`
 stores, then reads another buffer of that size with `evict_last` loads.  Zeroing it with ordinary
 stores, as triton.testing.do_bench does ("zero"), leaves lines that an earlier call loaded
 `evict_last` in L2 -- Inductor loads most inputs so -- and the next call finds them there: on an
-H200 that made Inductor's small kernels ~1.2 us faster than ours with the same traffic (session 6).
-The stores alone ("evict_last", sessions 6-9) leave L2 full of dirty lines that the timed call
-then writes back: on an H200, 3-5 us of a 65-70 us call at 128 MiB (session 10); the read sweep
-writes them back before the start event.
+H200 that made Inductor's small kernels ~1.2 us faster than ours with the same traffic.  The
+stores alone ("evict_last") leave L2 full of dirty lines that the timed call then writes back: on
+an H200, 3-5 us of a 65-70 us call at 128 MiB; the read sweep writes them back before the start
+event.
 
 After each flush, before the spin, a "warm call" (when the caller passes one; the runner does for
 calls of up to 1 GiB of traffic): the same call on a second, same-shaped set of inputs (its freed
 outputs are where the timed call's will be allocated), its outputs' lines then dropped from L2
-without write-back (l2flush.discard_outputs; until session 21 the timed call wrote them back: on
-an H100 a 256 MiB copy took 92.8 us instead of 86.9, layernorm's and softmax's kernels 5-9 us
-more, docs/device-runs/s21-call3), then one byte read every 64 KiB of the timed call's inputs
-(l2flush.touch_pages).  The timed call's data is still cold, but what else the
-flush disturbed is settled.  What that is was not isolated: not the kernel's code (on an H200 a
-one-program launch of another binary on a small buffer allocated beside the inputs settled it as
-well); the address translations of the pages the flush swept past are the guess.  Without it a
-4-6 us call's median moved between three levels ~0.4 us apart from one timing to the next of the
-same kernel, so that one implementation could look 15% slower than another by chance; with it,
-repeats agreed within 0.05 us (session 12, docs/device-runs/s12-call1..5).  That chance was the
-"~0.45 us fixed cost" session 11 found at the smallest shapes.
+without write-back (l2flush.discard_outputs; otherwise the timed call writes them back: on an
+H100 a 256 MiB copy took 92.8 us instead of 86.9, layernorm's and softmax's kernels 5-9 us more),
+then one byte read every 64 KiB of the timed call's inputs (l2flush.touch_pages).  The timed
+call's data is still cold, but what else the flush disturbed is settled.  What that is was not
+isolated: not the kernel's code (on an H200 a one-program launch of another binary on a small
+buffer allocated beside the inputs settled it as well); the address translations of the pages the
+flush swept past are the guess.  Without it a 4-6 us call's median moved between three levels
+~0.4 us apart from one timing to the next of the same kernel, so that one implementation could
+look 15% slower than another by chance; with it, repeats agreed within 0.05 us
+(docs/measurement-log.md).
 
-Only the call is inside the timed region: no allocation, synchronisation or cache emptying
-(the plan's first round lost 87% of its time to those).
+Only the call is inside the timed region: no allocation, synchronisation or cache emptying.
 """
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
+
+from fusebench.store import add_cell_columns
+
+# Every repetition of a cell's timing (JSON list, us) and its spread: the noise `compare` judges a
+# change against, and what the summary and the report flag.
+add_cell_columns({"time_samples_us": "TEXT", "time_spread": "REAL"})
+# IQR / median above which a cell's time is flagged as too noisy to trust.
+NOISY_SPREAD = 0.10
 
 
 @dataclass
@@ -53,20 +64,23 @@ class TimingSettings:
     max_reps: int = 1000
     flush_l2: bool = True
     # How: "clean" (evict_last stores, then an evict_last read sweep that leaves L2 clean: the
-    # default), "evict_last" (the stores alone, sessions 6-9), "zero" (ordinary stores, as do_bench
-    # and fusebench before session 6) or "discard" (the stores' lines dropped: an empty L2, session
-    # 14); runs store which.
+    # default), "evict_last" (the stores alone), "zero" (ordinary stores, as do_bench) or
+    # "discard" (the stores' lines dropped: an empty L2); runs store which.
     flush_mode: str = "clean"
     # Spin the GPU before each start event so host launch cost stays out of `time` (see
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
     host_cover: bool = True
     # The warm call after each flush (module docstring), for calls whose traffic (the case's
-    # minimum bytes) is at most this; 0 turns it off, as runs before session 12 were timed.  Above
-    # it calls take >= ~250 us on an H200, where what it settles is under 0.5%.
+    # minimum bytes) is at most this; 0 turns it off.  Above it calls take >= ~250 us on an H200,
+    # where what it settles is under 0.5%.
     warm_call_max_bytes: int = 1 << 30
-    # Drop the warm call's outputs from L2 after it (l2flush.discard_outputs).  Runs before session
-    # 21 did not: the timed call wrote those dirty lines back, 5-9 us more at 256 MiB (H100).
+    # Drop the warm call's outputs from L2 after it (l2flush.discard_outputs); without it the
+    # timed call writes those dirty lines back, 5-9 us more at 256 MiB (H100).
     warm_call_discards: bool = True
+    # CPU only: time blocks of calls until IQR / median of the samples is at most this (the rule
+    # of torch.utils.benchmark's adaptive_autorange), or until host_max_ms is spent.
+    stable_spread: float = 0.10
+    host_max_ms: float = 250.0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -80,12 +94,28 @@ class TimeStats:
     min_us: float
     max_us: float
     reps: int
+    samples_us: list[float] = field(default_factory=list, repr=False)  # every repetition, in order
+    spread: float = 0.0  # IQR / median
+
+    def columns(self) -> dict:
+        """The store's time columns of a cell."""
+        return dict(time_us=self.median_us, time_q20_us=self.q20_us, time_q80_us=self.q80_us,
+                    time_min_us=self.min_us, time_max_us=self.max_us, time_reps=self.reps,
+                    time_samples_us=[float(f"{t:.5g}") for t in self.samples_us], time_spread=self.spread)
+
+
+def spread(samples_us: Sequence[float]) -> float:
+    """IQR / median of the samples: 0.1 means the middle half spans 10% of the median."""
+    if len(samples_us) < 2:
+        return 0.0
+    q25, q50, q75 = np.percentile(np.asarray(samples_us, dtype=float), [25, 50, 75])
+    return float((q75 - q25) / q50) if q50 > 0 else 0.0
 
 
 def _stats(samples_us: list[float]) -> TimeStats:
     s = sorted(samples_us)
     q = statistics.quantiles(s, n=5, method="inclusive") if len(s) > 1 else [s[0]] * 4
-    return TimeStats(statistics.median(s), q[0], q[3], s[0], s[-1], len(s))
+    return TimeStats(statistics.median(s), q[0], q[3], s[0], s[-1], len(s), list(samples_us), spread(s))
 
 
 def _reps(per_call_ms: float, st: TimingSettings) -> int:
@@ -263,26 +293,37 @@ def _spin(cover: int, caught_up) -> None:
     """The spin before a start event: the GPU waits here, not inside the timed region.  If it has
     already done all that was enqueued (a host slower than the flush and the warm call, e.g. beside
     other workers compiling), the spin starts now and the host has only `cover` to enqueue the call:
-    give it a head start too (session 12: a few cells in ~2,500 at 1.2-4x their time)."""
+    give it a head start too (without it, a few cells in ~2,500 timed at 1.2-4x their time)."""
     if cover:
         caught_up.record()
         torch.cuda._sleep(cover + (HEAD_START_CYCLES if caught_up.query() else 0))
 
 
 def _time_host(fn, st: TimingSettings) -> TimeStats:
+    """Host timing with adaptive_autorange's stopping rule: after warm-up, blocks of calls (one
+    block ~rep_ms) until IQR / median <= stable_spread, host_max_ms is spent, or max_reps taken.
+    Every call is its own sample, so the stored spread is the calls' own."""
     t0 = time.perf_counter()
-    n = 0
+    warm: list[float] = []
     while True:
-        fn()
-        n += 1
-        if (time.perf_counter() - t0) * 1e3 >= st.warmup_ms or n >= st.max_reps:
-            break
-    reps = _reps((time.perf_counter() - t0) * 1e3 / n, st)
-    samples = []
-    for _ in range(reps):
         t = time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - t) * 1e6)
+        warm.append(time.perf_counter() - t)
+        if (time.perf_counter() - t0) * 1e3 >= st.warmup_ms or len(warm) >= st.max_reps:
+            break
+    # The median warm-up call sizes a block: a few calls stretched by a busy host must not
+    # shrink it to a handful of calls.
+    block = _reps(statistics.median(warm) * 1e3, st)
+    samples: list[float] = []
+    start = time.perf_counter()
+    while True:
+        for _ in range(min(block, st.max_reps - len(samples))):
+            t = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t) * 1e6)
+        if (spread(samples) <= st.stable_spread or len(samples) >= st.max_reps
+                or (time.perf_counter() - start) * 1e3 >= st.host_max_ms):
+            break
     return _stats(samples)
 
 

@@ -7,9 +7,9 @@ and exports of the stored cells.
 """
 from fusebench.report.compare import CompareResult, render_compare
 from fusebench.report.export import FORMATS, ExportError, export
-from fusebench.report.html import DEFAULT_PAIRS, render_report
+from fusebench.report.html import render_report
 
-__all__ = ["CompareResult", "DEFAULT_PAIRS", "ExportError", "FORMATS", "export", "parse_pair", "render_compare",
+__all__ = ["CompareResult", "ExportError", "FORMATS", "export", "parse_pair", "render_compare",
            "render_report"]
 
 

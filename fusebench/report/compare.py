@@ -2,8 +2,12 @@
 
 Run A is the reference and run B the one judged: each heatmap shows time(A) / time(B), so that
 above 1 B is faster, as in the run report's speedups.  A cell *regressed* by
-(time(B) / time(A) - 1) x 100 percent; `CompareResult.max_regression_pct` is the largest such
-figure, for `fusebench compare --fail-above PCT` in CI.
+(time(B) / time(A) - 1) x 100 percent.  A change is *real* only when it is outside the noise: a
+bootstrap interval of time(B) / time(A), resampled from both cells' stored repetitions, excludes 1
+and the change exceeds the cells' own spread (report.judge; rows without repetitions: their
+q20-q80 ranges do not overlap).
+`CompareResult.real_regressions(PCT)` are the cells `fusebench compare --fail-above PCT` fails on.
+Per case, each implementation's speedup over the baseline (default eager) in A and in B.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pandas as pd
 
 from fusebench.report import heatmap as hm
 from fusebench.report.grid import place
+from fusebench.report.judge import change
 from fusebench.report.html import case_meta, case_order, render_template, status_legend, write
 from fusebench.report.tables import (
     OK, PLACE, Cell, Table, csv_data_uri, num, panel_figures, ratio_frame, shape_ratio, speedup_cell, summarize,
@@ -35,16 +40,28 @@ class CompareResult:
     only_b: int
     geomean_speedup: float | None  # of B over A: geomean of time(A) / time(B); None when nothing matched
     max_regression_pct: float  # largest slow-down of a matched cell, percent; 0.0 when none got slower
-    cells: pd.DataFrame = field(repr=False)  # every matched key: time_a, time_b, status_a, status_b, regression_pct
+    # every matched key: time_a, time_b, status_a, status_b, regression_pct, and the noise interval
+    # of time(B) / time(A) (change_lo, change_hi), whether it excludes 1 (real) and how it was found
+    cells: pd.DataFrame = field(repr=False)
     new_failures: pd.DataFrame = field(repr=False)  # ok in A, not ok in B
 
     def regressed(self, pct: float) -> pd.DataFrame:
-        """Cells that got slower by more than pct percent, worst first."""
+        """Cells that got slower by more than pct percent, noise or not, worst first."""
         slow = self.cells[self.cells["regression_pct"] > pct]
         return slow.sort_values("regression_pct", ascending=False)
 
+    def real_regressions(self, pct: float) -> pd.DataFrame:
+        """Cells that got slower by more than pct percent, outside the noise, worst first."""
+        slow = self.cells[(self.cells["regression_pct"] > pct) & self.cells["real"].fillna(False).astype(bool)]
+        return slow.sort_values("regression_pct", ascending=False)
 
-def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> CompareResult:
+    @property
+    def max_real_regression_pct(self) -> float:
+        real = self.cells[self.cells["real"].fillna(False).astype(bool) & (self.cells["regression_pct"] > 0)]
+        return float(real["regression_pct"].max()) if len(real) else 0.0
+
+
+def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, baseline: str = "eager") -> CompareResult:
     """Write the comparison page of run B against run A (the two may share one store)."""
     info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
     both, layouts = place(pd.concat([store_a.cells(run_a).assign(side="A"),
@@ -59,15 +76,18 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> C
     matched = _with_times(pd.concat(frames, ignore_index=True), both) if frames else _empty()
     matched = matched.rename(columns={"status_t": "status_a"})  # ratio_frame's top side is run A
     matched["regression_pct"] = (1.0 / matched["ratio"] - 1.0) * 100.0
+    matched = _with_noise(matched, both)
 
-    sections = [_case_section(name, matched[matched["case_name"] == name], layouts.get(name))
+    sections = [_case_section(name, matched[matched["case_name"] == name], layouts.get(name),
+                              both[both["case_name"] == name], baseline)
                 for name in case_order(matched["case_name"])]
     result = _result(matched, out_path, run_a, run_b,
                      only_a=len(keys["A"] - keys["B"]), only_b=len(keys["B"] - keys["A"]))
     html = render_template(
         "compare.html.j2", title=f"fusebench comparison — run {run_a} vs run {run_b}",
         a=_run_label(store_a, run_a, info_a), b=_run_label(store_b, run_b, info_b),
-        environment=_environment_table(info_a, info_b), result=result, summary=_summary_table(sections),
+        environment=_environment_table(info_a, info_b), result=result, summary=_summary_table(sections, baseline),
+        baseline=baseline, real_regressions=_regression_table(result.cells[result.cells["real"].astype(bool)], limit=15),
         regressions=_regression_table(result.cells, limit=15), new_failures=_status_table(result.new_failures),
         fixed=_status_table(matched[~matched["status_a"].isin([OK, "missing"]) & (matched["status_b"] == OK)]),
         sections=sections, status_legend=status_legend(),
@@ -79,7 +99,23 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str) -> C
 
 def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=[*KEY, "ratio", "label", "status_t", "status_b", "time_a", "time_b", "panel",
-                                 "row", "col", "panel_key", "row_key", "col_key"])
+                                 "row", "col", "panel_key", "row_key", "col_key", "change_lo", "change_hi", "real",
+                                 "change_method"])
+
+
+def _with_noise(frame: pd.DataFrame, both: pd.DataFrame) -> pd.DataFrame:
+    """Add each matched cell's noise interval of time(B) / time(A) and whether the change is real."""
+    rows = {side: {tuple(r[k] for k in KEY): r for r in both[both["side"] == side].to_dict("records")}
+            for side in ("A", "B")}
+    lo, hi, real, method = [], [], [], []
+    for key in map(tuple, frame[KEY].values):
+        a, b = rows["A"].get(key), rows["B"].get(key)
+        c = change(a, b) if a is not None and b is not None and a.get("status") == OK and b.get("status") == OK else None
+        lo.append(c.lo if c else float("nan"))
+        hi.append(c.hi if c else float("nan"))
+        real.append(bool(c and c.real))
+        method.append(c.method if c else None)
+    return frame.assign(change_lo=lo, change_hi=hi, real=real, change_method=method)
 
 
 def _with_times(frame: pd.DataFrame, both: pd.DataFrame) -> pd.DataFrame:
@@ -123,14 +159,30 @@ def _environment_table(info_a: dict, info_b: dict) -> Table:
     return table
 
 
-def _case_section(name: str, rows: pd.DataFrame, layout) -> dict:
+def _speedups(cells: pd.DataFrame, impl: str, baseline: str, dtype: str) -> dict:
+    """Geomean speedup of impl over the baseline in run A and in run B (None where not timed)."""
+    out = {}
+    for side in ("A", "B"):
+        mine = cells[(cells["side"] == side) & (cells["dtype"] == dtype)]
+        if impl == baseline or not (mine["impl"] == baseline).any():
+            out[side] = None
+            continue
+        frame = ratio_frame(mine[mine["impl"] == baseline], mine[mine["impl"] == impl], "time_us", baseline, None)
+        out[side] = summarize(frame)["geomean"]
+    return out
+
+
+def _case_section(name: str, rows: pd.DataFrame, layout, cells: pd.DataFrame | None = None,
+                  baseline: str = "eager") -> dict:
     impls = []
     for impl in dict.fromkeys(rows["impl"]):
         mine = rows[rows["impl"] == impl]
         impls.append({
             "impl": impl,
             "by_dtype": [{"dtype": d, **summarize(mine[mine["dtype"] == d]),
-                          "changed": _status_changes(mine[mine["dtype"] == d])}
+                          "changed": _status_changes(mine[mine["dtype"] == d]),
+                          "real": int(mine.loc[mine["dtype"] == d, "real"].astype(bool).sum()),
+                          "speedup": _speedups(cells, impl, baseline, d) if cells is not None else {"A": None, "B": None}}
                          for d in dict.fromkeys(mine["dtype"])],
             "figures": panel_figures(mine, "ratio", "label", layout, hm.RUN_RATIO,
                                      f"{name} · {impl} · time(A) / time(B)", "time(A) / time(B)\n> 1: B faster"),
@@ -146,26 +198,34 @@ def _status_changes(frame: pd.DataFrame) -> str:
     return " · ".join(f"{a} → {b}: {n}" for (a, b), n in pairs.items())
 
 
-def _summary_table(sections: list[dict]) -> Table:
+def _summary_table(sections: list[dict], baseline: str = "eager") -> Table:
     table = Table(["case", "implementation", "dtype", "B over A (geomean)", "shapes compared",
+                   "changes outside the noise", f"speedup over {baseline}: A → B",
                    "best shape", "worst shape", "status changes A → B"])
-    table.numeric = {3, 4}
+    table.numeric = {3, 4, 5}
     for s in sections:
         for i in s["impls"]:
             for d in i["by_dtype"]:
+                sa, sb = d["speedup"]["A"], d["speedup"]["B"]
+                speed = "—" if sa is None and sb is None else \
+                    f"{hm.fmt_ratio(sa) if sa else '—'}× → {hm.fmt_ratio(sb) if sb else '—'}×"
                 table.add(Cell(s["name"], href=f"#{s['anchor']}"), i["impl"], d["dtype"],
-                          speedup_cell(d["geomean"], span=1.25), f"{d['n']} / {d['total']}",
-                          shape_ratio(d["best"]), shape_ratio(d["worst"]), d["changed"] or "—")
+                          speedup_cell(d["geomean"], span=1.25), f"{d['n']} / {d['total']}", d["real"],
+                          speed, shape_ratio(d["best"]), shape_ratio(d["worst"]), d["changed"] or "—")
     return table
 
 
 def _regression_table(cells: pd.DataFrame, limit: int) -> Table:
     slow = cells[cells["regression_pct"] > 0].sort_values("regression_pct", ascending=False).head(limit)
-    table = Table(["case", "implementation", "dtype", "shape", "time A (µs)", "time B (µs)", "slower by"])
+    table = Table(["case", "implementation", "dtype", "shape", "time A (µs)", "time B (µs)", "slower by",
+                   "noise interval of B / A", "outside the noise"])
     table.numeric = {4, 5, 6}
     for _, r in slow.iterrows():
+        interval = (f"{r['change_lo']:.3f} – {r['change_hi']:.3f} ({r['change_method']})"
+                    if "change_lo" in r and pd.notna(r["change_lo"]) else "—")
         table.add(r["case_name"], r["impl"], r["dtype"], r["shape"], num(r.get("time_a")), num(r.get("time_b")),
-                  speedup_cell(r["ratio"], span=1.25, text=f"{r['regression_pct']:.1f}%"))
+                  speedup_cell(r["ratio"], span=1.25, text=f"{r['regression_pct']:.1f}%"), interval,
+                  "yes" if r.get("real") else "no: within the noise")
     return table
 
 

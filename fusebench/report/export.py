@@ -1,4 +1,9 @@
-"""Export stored cells as CSV, JSON (a list of records) or Parquet, to a file or to stdout."""
+"""Export stored cells as CSV, JSON (a list of records) or Parquet, to a file or to stdout.
+
+Exported rows carry their run's identity (device, torch, Triton, commit) and a numeric column per
+shape axis (`with_run_columns`), so that files from two machines can be told apart and filtered by
+size.  What each column means: report/columns.py, docs/columns.md, `fusebench results --describe`.
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -9,9 +14,38 @@ from typing import IO
 
 import pandas as pd
 
+from fusebench.report.columns import AXIS_PREFIX, RUN_FIELDS
+
 FORMATS = ("csv", "json", "parquet")
 # Columns that hold JSON text in the store; the JSON export nests them as objects.
-JSON_COLUMNS = ("na", "kernel_names", "clocks", "timing", "request")
+JSON_COLUMNS = ("na", "kernel_names", "clocks", "timing", "request", "time_samples_us")
+
+
+def with_run_columns(rows: pd.DataFrame, info: dict | None) -> pd.DataFrame:
+    """The rows with their run's identity (run_started, device_name, torch, triton, cuda,
+    run_commit) first after run_id, and shape_<axis> columns after `shape`."""
+    from fusebench.report.grid import case_axes
+
+    out = rows.copy()
+    info = info or {}
+    for col, key in RUN_FIELDS.items():
+        out[col] = info.get(key)
+    dims: dict[str, list] = {}
+    for i, (case, shape) in enumerate(zip(out["case_name"], out["shape"])):
+        try:
+            values = [int(p) for p in str(shape).lower().split("x")]
+        except ValueError:
+            continue  # not a shape of integers: its axes stay empty
+        for axis, v in zip(case_axes(case, len(values)), values):
+            dims.setdefault(AXIS_PREFIX + axis, [None] * len(out))[i] = v
+    for col, values in dims.items():
+        out[col] = pd.array(values, dtype="Int64")
+    first = ["run_id", *RUN_FIELDS]
+    after_shape = list(dims)
+    rest = [c for c in out.columns if c not in first and c not in after_shape]
+    at = rest.index("shape") + 1 if "shape" in rest else len(rest)
+    order = [c for c in first if c in out.columns] + rest[:at] + after_shape + rest[at:]
+    return out[order]
 
 
 class ExportError(ValueError):

@@ -1,9 +1,11 @@
 """The run report: one self-contained HTML page (no network needed to view it).
 
-At the top, a summary per case and pair of implementations (geometric-mean speedup, best and worst
-shape) and the run's environment.  Then per case: heatmaps of the speedup of one implementation
-over another across the shape grid, % of roofline, kernels launched, traffic amplification and
-accuracy where they were measured, a table per implementation, and why cells failed.
+At the top, a summary per case and pair of implementations (geometric-mean speedup over the
+baseline, best and worst shape, launch-bound shapes), each implementation's % of the case's
+ceiling, and the run's environment.  Then per case: heatmaps of the speedup of one implementation
+over another across the shape grid, % of the ceiling, % of roofline, the spread of the timings,
+kernels launched, traffic amplification and accuracy where they were measured, a table per
+implementation, the cells too noisy to trust, and why cells failed.
 """
 from __future__ import annotations
 
@@ -14,16 +16,21 @@ from collections import Counter
 import jinja2
 import pandas as pd
 
+from fusebench.impls.ceiling import ceiling_for
+from fusebench.measure.timing import NOISY_SPREAD
 from fusebench.report import heatmap as hm
 from fusebench.report.grid import Layout, place
+from fusebench.report.judge import add_ceiling_pct, cell_spread, launch_bound
 from fusebench.report.tables import (
     OK, PLACE, Cell, Table, csv_data_uri, decode_json, num, panel_figures, pills_cell, ratio_frame, shape_ratio,
     speedup_cell, summarize,
 )
 
-DEFAULT_PAIRS = [("inductor", "eager"), ("triton", "inductor"), ("triton", "memcpy")]
+# Drawn besides every implementation over the baseline, where both sides were timed.
+EXTRA_PAIRS = [("triton", "inductor")]
+CEILINGS = ("memcpy", "torch-mm")
 # Baselines that are ceilings timed in the same run (fusebench.impls.ceiling), not implementations:
-# their pair's ratio is read as a fraction of the ceiling, not as a speedup.
+# a pair asked for against one is read as a fraction of the ceiling, not as a speedup.
 CEILING_LEGENDS = {
     "memcpy": "fraction of a same-size copy = time(memcpy) / time({impl})\n"
               "memcpy: dst.copy_(src) moving the case's minimum bytes, same run",
@@ -34,13 +41,21 @@ FAILED = ["mismatch", "error", "crashed", "oom", "timeout", "skipped", "unsuppor
 
 # Per-implementation metrics drawn as heatmaps: (column, title, scale, colour-bar label, statuses
 # whose value is still shown).  A wrong answer's error is exactly what the accuracy map is for.
+# `pct_of_ceiling` and `spread_pct` are computed from the rows when the report is made.
+CEILING_PCT = hm.Scale("viridis", lambda v: f"{v:.0f}", vmin=0.0, vmax=100.0)
+SPREAD_PCT = hm.Scale("Oranges", lambda v: f"{v:.0f}" if v >= 1 else f"{v:.1f}", vmin=0.0)
 METRICS = [
+    ("pct_of_ceiling", "% of ceiling", CEILING_PCT,
+     "% of the case's ceiling timed in the same run = time(ceiling) / time(impl)\n"
+     "memory-bound cases: a copy of the minimum bytes (the goal is 100%); GEMM cases: torch.mm", {OK}),
     ("pct_roofline", "% of roofline", hm.PERCENT, "% of the roofline (ceilings measured on this device)", {OK}),
     ("kernels", "kernels launched per call", hm.COUNT, "kernels per call", {OK, "mismatch"}),
     ("traffic_amplification", "traffic amplification", hm.AMPLIFICATION,
      "DRAM bytes moved / minimum bytes (1 = each byte once)", {OK, "mismatch"}),
     ("tol_ratio", "accuracy: max error / tolerance", hm.TOLERANCE, "max error / tolerance (≤ 1 passes)",
      {OK, "mismatch"}),
+    ("spread_pct", "spread of the timings", SPREAD_PCT,
+     f"IQR / median of the repetitions, % (above {NOISY_SPREAD:.0%}: too noisy to trust)", {OK}),
 ]
 # Drawn only where tol_ratio is not stored.
 FALLBACK_ACCURACY = ("max_rel_err", "accuracy: max relative error", hm.ERROR,
@@ -49,24 +64,24 @@ FALLBACK_ACCURACY = ("max_rel_err", "accuracy: max relative error", hm.ERROR,
 # tolerance (or beyond): maps of errors far below tolerance would be most of a large report.
 ACCURACY_MAP_ABOVE = 0.1
 # Metrics drawn even when one value covers the whole grid (the spec asks for roofline per impl).
-ALWAYS_DRAW = {"pct_roofline"}
+ALWAYS_DRAW = {"pct_roofline", "pct_of_ceiling"}
 
 
 def render_report(store, run_id: int | list[int] | None, out_path: str,
-                  pairs: list[tuple[str, str]] | None = None) -> str:
+                  pairs: list[tuple[str, str]] | None = None, baseline: str = "eager") -> str:
     """Write the HTML report of one run, or of several runs read as one, to out_path and return the
     path written.
 
     pairs: (implementation, baseline) pairs; each heatmap shows time(baseline) / time(impl), the
-    speedup of the implementation.  Default: inductor over eager, and triton over inductor, where
-    both ran.  run_id None means the store's latest run; a list joins runs made on one device with
+    speedup of the implementation.  Default: every implementation (not a ceiling) over `baseline`,
+    and triton over inductor, where both ran.  run_id None means the store's latest run; a list joins runs made on one device with
     one software stack and timing (e.g. one case per GPU, joined with `fusebench merge`), a cell
     measured in several of them taken from the last.
     """
     run_ids = [store.latest_run()] if run_id is None else [run_id] if isinstance(run_id, int) else list(run_id)
     info, stored = joined_runs(store, run_ids)
     cells, layouts = place(stored)
-    sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs)
+    sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs, baseline)
                 for name in case_order(cells["case_name"])]
     label = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {info['id']}"
     html = render_template(
@@ -74,7 +89,8 @@ def render_report(store, run_id: int | list[int] | None, out_path: str,
         title=f"fusebench report — {label}" + (f" · {info['device_name']}" if info.get("device_name") else ""),
         heading=f"fusebench report — {label}", runs_label=label, runs_count=len(run_ids),
         csv_name=f"fusebench-run-{'-'.join(map(str, run_ids))}.csv", info=info, environment=environment(info, stored),
-        summary=summary_table(sections), sections=sections, status_legend=status_legend(),
+        summary=summary_table(sections), ceiling_summary=ceiling_table(sections), baseline=baseline,
+        noisy_spread=f"{NOISY_SPREAD:.0%}", sections=sections, status_legend=status_legend(),
         db=store.path, all_csv=csv_data_uri(stored),
     )
     return write(out_path, html)
@@ -210,10 +226,14 @@ def status_legend() -> list[dict]:
 # one case
 
 
-def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs) -> dict:
+def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs, baseline: str = "eager") -> dict:
     meta = case_meta(name)
+    ceiling = ceiling_for(name)
+    rows = rows.assign(pct_of_ceiling=add_ceiling_pct(rows, ceiling),
+                       spread_pct=[None if s is None else 100.0 * s for s in map(cell_spread, rows.to_dict("records"))])
+    rows["spread_pct"] = rows["spread_pct"].astype(float)
     impls = list(dict.fromkeys(rows["impl"]))
-    chosen = case_pairs(rows, pairs)
+    chosen = case_pairs(rows, pairs, baseline)
     return {
         "name": name, "anchor": f"case-{name}", **meta,
         "dtypes": list(dict.fromkeys(rows["dtype"])), "impls": impls,
@@ -223,6 +243,9 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs) ->
         "substituted": _substituted(rows),
         "pairs": [pair_block(rows, impl, base, layout) for impl, base in chosen],
         "unpaired": _unpaired_note(rows, impls, pairs, chosen),
+        "ceiling": ceiling if ceiling in set(rows["impl"]) else None,
+        "ceiling_rows": _ceiling_rows(rows, ceiling),
+        "noisy": noisy_table(rows),
         "metrics": metric_blocks(rows, layout),
         "impl_table": impl_table(rows),
         "failures": failure_table(rows),
@@ -246,22 +269,26 @@ def timed_impls(rows: pd.DataFrame) -> set[str]:
     return set(rows.loc[rows["time_us"].notna(), "impl"])
 
 
-def case_pairs(rows: pd.DataFrame, pairs) -> list[tuple[str, str]]:
-    """The pairs to draw for a case: those asked for (or the defaults) whose sides both ran here.
+def case_pairs(rows: pd.DataFrame, pairs, baseline: str = "eager") -> list[tuple[str, str]]:
+    """The pairs to draw for a case: those asked for whose sides both ran here, or by default every
+    timed implementation over the baseline (eager unless asked; the first timed implementation
+    where the baseline was not timed), then triton over inductor.
 
-    A case that has none of the default pairs (say eager and sdpa-flash only) gets every timed
-    implementation over the first one (eager when present), so that no case goes without a map.
-    """
+    Ceilings are never given a speedup: they are drawn as "% of ceiling" instead.  A pair asked for
+    against a ceiling that is not this case's (memcpy on a GEMM, in rows stored before ceilings
+    were planned only where they apply) is left out."""
     timed = timed_impls(rows)
-    wanted = pairs if pairs is not None else DEFAULT_PAIRS
-    chosen = [(a, b) for a, b in wanted if a in timed and b in timed and a != b]
-    if chosen or pairs is not None:
-        return chosen
-    order = list(dict.fromkeys(rows["impl"]))
-    if len([i for i in order if i in timed]) < 2:
+    case = rows["case_name"].iloc[0] if len(rows) else ""
+    if pairs is not None:
+        return [(a, b) for a, b in pairs if a in timed and b in timed and a != b
+                and (b not in CEILINGS or ceiling_for(case) == b) and a not in CEILINGS]
+    order = [i for i in dict.fromkeys(rows["impl"]) if i in timed and i not in CEILINGS]
+    if len(order) < 2:
         return []
-    base = "eager" if "eager" in timed else next(i for i in order if i in timed)
-    return [(i, base) for i in order if i in timed and i != base]
+    base = baseline if baseline in order else order[0]
+    chosen = [(i, base) for i in order if i != base]
+    chosen += [(a, b) for a, b in EXTRA_PAIRS if a in order and b in order and b != base and (a, b) not in chosen]
+    return chosen
 
 
 def _unpaired_note(rows, impls, pairs, chosen) -> str:
@@ -289,7 +316,7 @@ def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) 
         "impl": impl, "base": base, "title": title, "subtitle": subtitle,
         "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
                                  f"{rows['case_name'].iloc[0]} · {heading}", legend),
-        "by_dtype": [], "wall_figures": [],
+        "by_dtype": [], "wall_figures": [], "launch_bound": launch_bound_shapes(rows, impl, base),
     }
     wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)
     for dtype in dict.fromkeys(frame["dtype"]):
@@ -304,6 +331,20 @@ def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) 
             f"{rows['case_name'].iloc[0]} · wall-time speedup of {impl} over {base}",
             f"wall-time speedup = wall({base}) / wall({impl})\n> 1: {impl} faster")
     return block
+
+
+def launch_bound_shapes(rows: pd.DataFrame, impl: str, base: str) -> list[str]:
+    """Shapes (and dtypes) where impl is faster than base on the device but slower from Python."""
+    mine = rows[rows["impl"] == impl].set_index(["dtype", "shape"])
+    theirs = rows[rows["impl"] == base].set_index(["dtype", "shape"])
+    out = []
+    for key in mine.index.intersection(theirs.index):
+        a, b = mine.loc[key], theirs.loc[key]
+        if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
+            continue  # a duplicated key (joined runs keep one; rows passed in directly may not)
+        if a["status"] == OK and b["status"] == OK and launch_bound(a.to_dict(), b.to_dict()):
+            out.append(f"{key[1]} {key[0]}" if len(set(rows["dtype"])) > 1 else str(key[1]))
+    return out
 
 
 def _failed_counts(frame: pd.DataFrame) -> dict:
@@ -332,7 +373,10 @@ def metric_blocks(rows: pd.DataFrame, layout: Layout | None) -> list[dict]:
         if figures:
             # Accuracy maps are folded away unless some answer was wrong: then they are the news.
             wrong = (rows["status"] == "mismatch").any()
-            blocks.append({"title": title, "figures": figures, "column": column, "open": not accuracy or wrong})
+            # The spread maps are folded away unless some cell is too noisy to trust.
+            noisy = column != "spread_pct" or bool((rows[column] > 100 * NOISY_SPREAD).any())
+            blocks.append({"title": title, "figures": figures, "column": column,
+                           "open": (not accuracy or wrong) and noisy})
     return blocks
 
 
@@ -349,6 +393,8 @@ def impl_table(rows: pd.DataFrame) -> Table:
     g = rows.groupby(["impl", "dtype"], sort=False)
     columns = [
         ("time µs median", "time_us", lambda s: num(s.median())),
+        ("spread % median · max", "spread_pct", lambda s: f"{s.median():.1f} · {s.max():.1f}"),
+        ("% of ceiling median", "pct_of_ceiling", lambda s: f"{s.median():.0f}"),
         ("wall µs median", "wall_time_us", lambda s: num(s.median())),
         ("GB/s median", "gbps", lambda s: num(s.median())),
         ("TFLOP/s median", "tflops", lambda s: num(s.median())),
@@ -365,7 +411,7 @@ def impl_table(rows: pd.DataFrame) -> Table:
     table.numeric = {2, 3} | set(range(5, len(table.columns)))
     for (impl, dtype), part in g:
         failed = Counter(part.loc[part["status"] != OK, "status"])
-        table.add(impl, dtype, len(part), int((part["status"] == OK).sum()), pills_cell(dict(failed.most_common())),
+        table.add(f"{impl} (ceiling)" if impl in CEILINGS else impl, dtype, len(part), int((part["status"] == OK).sum()), pills_cell(dict(failed.most_common())),
                   *[f(part[c].dropna()) if part[c].notna().any() else "—" for _, c, f in present])
     return table
 
@@ -404,6 +450,17 @@ def not_available_table(rows: pd.DataFrame) -> Table:
     return table
 
 
+def noisy_table(rows: pd.DataFrame) -> Table:
+    """Cells whose timings spread too much to be trusted (IQR / median above NOISY_SPREAD)."""
+    noisy = rows[(rows["status"] == OK) & (rows["spread_pct"] > 100 * NOISY_SPREAD)]
+    table = Table(["implementation", "dtype", "shape", "time µs median", "spread %", "repetitions"])
+    table.numeric = {3, 4, 5}
+    for _, r in noisy.sort_values("spread_pct", ascending=False).iterrows():
+        table.add(r["impl"], r["dtype"], r["shape"], num(r.get("time_us")), f"{r['spread_pct']:.0f}",
+                  num(r.get("time_reps")))
+    return table
+
+
 def note_table(rows: pd.DataFrame) -> Table:
     notes = rows.dropna(subset=["note"]).groupby(["impl", "note"], sort=False).size()
     table = Table(["implementation", "note", "cells"])
@@ -416,21 +473,50 @@ def note_table(rows: pd.DataFrame) -> Table:
 # the summary at the top
 
 
+def _ceiling_rows(rows: pd.DataFrame, ceiling: str | None) -> list[dict]:
+    """Per implementation and dtype: median, best and worst % of the case's ceiling."""
+    out = []
+    measured = rows.dropna(subset=["pct_of_ceiling"])
+    for (impl, dtype), part in measured.groupby(["impl", "dtype"], sort=False):
+        best, worst = part.loc[part["pct_of_ceiling"].idxmax()], part.loc[part["pct_of_ceiling"].idxmin()]
+        out.append({"impl": impl, "dtype": dtype, "ceiling": ceiling, "n": len(part),
+                    "median": float(part["pct_of_ceiling"].median()),
+                    "best": (best["shape"], float(best["pct_of_ceiling"])),
+                    "worst": (worst["shape"], float(worst["pct_of_ceiling"]))})
+    return out
+
+
+def ceiling_table(sections: list[dict]) -> Table:
+    """% of each case's ceiling per implementation: the memory-bound goal is 100% of a same-size copy."""
+    table = Table(["case", "dtype", "implementation", "ceiling", "% of ceiling median", "shapes",
+                   "best shape", "worst shape"])
+    table.numeric = {4, 5}
+    for s in sections:
+        for r in s["ceiling_rows"]:
+            table.add(Cell(s["name"], href=f"#{s['anchor']}"), r["dtype"], r["impl"], r["ceiling"],
+                      f"{r['median']:.0f}%", r["n"], f"{r['best'][0]}  ({r['best'][1]:.0f}%)",
+                      f"{r['worst'][0]}  ({r['worst'][1]:.0f}%)")
+    return table
+
+
 def summary_table(sections: list[dict]) -> Table:
     table = Table(["case", "dtype", "implementation vs baseline", "geomean speedup", "wall-time geomean",
-                   "shapes compared", "best shape", "worst shape", "not compared"])
+                   "shapes compared", "best shape", "worst shape", "launch-bound shapes", "not compared"])
     table.numeric = {3, 4, 5}
     for s in sections:
         link = Cell(s["name"], href=f"#{s['anchor']}")
         if not s["pairs"]:
             failed = {k: v for k, v in s["statuses"].items() if k != OK}
             table.add(link, ", ".join(s["dtypes"]), Cell(s["unpaired"] or "—", style="color:#666"),
-                      "—", "—", "—", "—", "—", pills_cell(failed))
+                      "—", "—", "—", "—", "—", "—", pills_cell(failed))
         for p in s["pairs"]:
             for d in p["by_dtype"]:
                 gpu, wall = d["gpu"], d["wall"]
+                launch = [x for x in p["launch_bound"] if len(p["by_dtype"]) == 1 or x.endswith(d["dtype"])]
                 table.add(link, d["dtype"], p["title"], speedup_cell(gpu["geomean"]),
                           speedup_cell(wall["geomean"]), f"{gpu['n']} / {gpu['total']}",
-                          shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]), pills_cell(d["failed"]))
+                          shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]),
+                          Cell(str(len(launch)) if launch else "—", title=", ".join(launch)),
+                          pills_cell(d["failed"]))
     return table
 

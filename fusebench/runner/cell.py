@@ -98,7 +98,9 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
     if dtype not in case.dtypes:
         row.update(status="unsupported", reason=f"{case.name} is not defined for {row['dtype']}")
         return
-    reason = impl.supports(case, shape, dtype, device)
+    # The planner never plans a cell that does not apply; `fusebench show` can ask for one.
+    reason = impl.supports(case, shape, dtype, device) if impl.applies(case) else \
+        f"{impl.name} does not apply to {case.name}"
     if reason:
         row.update(status="unsupported", reason=reason)
         return
@@ -157,8 +159,7 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         call = lambda: prepared.fn(*args)  # noqa: E731
         stats = time_call(call, device, timing, warm=_warm_call(case, prepared, args, shape, dtype, device,
                                                                  timing, row["min_bytes"]))
-        row.update(time_us=stats.median_us, time_q20_us=stats.q20_us, time_q80_us=stats.q80_us,
-                   time_min_us=stats.min_us, time_max_us=stats.max_us, time_reps=stats.reps)
+        row.update(stats.columns())
         row["wall_time_us"] = wall_time(call, device, stats.reps)
         row.update(prepared.check())  # a recompile during timing fails the cell
         if row["min_bytes"]:

@@ -1,12 +1,23 @@
-"""Turning a request (cases, implementations, shapes, dtype, device) into the list of cells."""
+"""Turning a request (cases, implementations, shapes, dtype, device) into the list of cells.
+
+Only cells that apply are planned: an implementation is planned for a case only where
+`Implementation.applies(case)` (SDPA on attention, the GEMM ceiling on the matmul-epilogue cases,
+...).  Without `--impl`, the default implementations are planned: those marked `default` (not the
+slow ones such as max-autotune) that can run on this device; the others are listed, with the
+reason, by `not_planned()`.  `--impl all` plans every implementation that applies.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import torch
 
 from fusebench.cases import DTYPE_NAMES, all_cases, get_case, parse_dtype, parse_shape, shape_str
 from fusebench.impls import all_impls, get_impl
+
+# A shape request: "quick", "grid", "4096x4096,128x65536", or a sequence of tuples or strings.
+ShapeSpec = str | Sequence[tuple | str]
 
 
 @dataclass(frozen=True)
@@ -34,8 +45,28 @@ def cpu_dtype(dtype: torch.dtype) -> tuple[torch.dtype, str]:
     return dtype, ""
 
 
-def resolve_shapes(case, spec: str, device: str) -> list[tuple]:
-    """`quick`, `grid`, or a comma-separated list like 4096x4096,128x65536."""
+def shape_spec_text(spec: ShapeSpec) -> str:
+    """A shape request as the CLI writes it: tuples and strings joined as "AxB,CxD"."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, tuple) and spec and all(isinstance(d, int) for d in spec):
+        spec = [spec]  # one shape given as a bare tuple
+    parts = []
+    for s in spec:
+        if isinstance(s, str):
+            parts.append(s)
+        elif isinstance(s, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in s):
+            parts.append(shape_str(tuple(s)))
+        else:
+            raise ValueError(f"malformed shape {s!r}: expected a tuple of integers or a string like 4096x4096")
+    if not parts:
+        raise ValueError("no shapes given")
+    return ",".join(parts)
+
+
+def resolve_shapes(case, spec: ShapeSpec, device: str) -> list[tuple]:
+    """`quick`, `grid`, a comma-separated list like 4096x4096,128x65536, or a list of tuples."""
+    spec = shape_spec_text(spec)
     if spec == "quick":
         return list(case.cpu_shapes if device == "cpu" and case.cpu_shapes else case.quick_shapes)
     if spec == "grid":
@@ -43,22 +74,53 @@ def resolve_shapes(case, spec: str, device: str) -> list[tuple]:
     return [case.normalize_shape(parse_shape(s)) for s in spec.split(",") if s.strip()]
 
 
-def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: str, dtype: str | None,
-               device: str) -> list[Cell]:
-    """Validate a request and expand it; raises ValueError / UnknownName with a one-line message."""
+def default_impls(device: str) -> list:
+    """The implementations a run that names none plans on `device`."""
+    return [i for i in all_impls() if i.default and (device != "cpu" or i.default_on_cpu)
+            and i.available(device) is None]
+
+
+def not_planned(device: str, cases: list[str] | None = None) -> dict[str, str]:
+    """Default implementations that apply to the selected cases but were left out of a default run
+    on `device` because they cannot run here: {name: why}.  Name one with --impl to plan it anyway
+    (its cells then end `unsupported`)."""
     case_objs = [get_case(n) for n in cases] if cases else all_cases()
-    if impls:
-        impl_objs = [get_impl(n) for n in impls]
-    else:
-        impl_objs = [i for i in all_impls() if device != "cpu" or i.default_on_cpu]
+    return {i.name: i.available(device) for i in all_impls()
+            if i.default and (device != "cpu" or i.default_on_cpu) and i.available(device) is not None
+            and any(i.applies(c) for c in case_objs)}
+
+
+def select_impls(names: Sequence[str] | None, device: str) -> list:
+    """The implementations a request names: None for the defaults, ["all"] for every one."""
+    if not names:
+        return default_impls(device)
+    if list(names) == ["all"]:
+        return all_impls()
+    return [get_impl(n) for n in dict.fromkeys(names)]
+
+
+def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: ShapeSpec, dtype: str | None,
+               device: str) -> list[Cell]:
+    """Validate a request and expand it; raises ValueError / UnknownName with a one-line message.
+
+    An implementation named explicitly that applies to none of the selected cases is bad input."""
+    case_objs = [get_case(n) for n in cases] if cases else all_cases()
+    impl_objs = select_impls(impls, device)
+    if impls and list(impls) != ["all"]:
+        for impl in impl_objs:
+            if not any(impl.applies(c) for c in case_objs):
+                names = ", ".join(c.name for c in case_objs) if len(case_objs) <= 4 else f"{len(case_objs)} cases"
+                raise ValueError(f"implementation {impl.name!r} does not apply to {names}")
     dt = parse_dtype(dtype) if dtype else None
     cells = []
     for case in case_objs:
         want = dt or case.default_dtype
+        mine = [i for i in impl_objs if i.applies(case)]
         for shape in resolve_shapes(case, shapes, device):
-            for impl in impl_objs:
+            for impl in mine:
                 cells.append(Cell(case.name, impl.name, tuple(shape), DTYPE_NAMES[want], device))
     return cells
 
 
-__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes"]
+__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "default_impls", "not_planned", "select_impls",
+           "shape_spec_text"]
