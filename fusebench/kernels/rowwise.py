@@ -321,8 +321,9 @@ def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, str
             chunk = LOAD(src, row, cols, cols < tl.where(row < M, N, 0), "", True)
         if row < M:
             k = SHIFT(src, row, None)
+            slots = exchange_slots(sync_ptr, pid, rnd)  # ahead of the statistics, as the per-op kernels had it
             chunk, local, parts = STATS(chunk, cols < N, k)
-            publish(exchange_slots(sync_ptr, pid, rnd), parts, epoch + 1 + rnd)
+            publish(slots, parts, epoch + 1 + rnd)
             if PREFETCH:  # the next row's chunk is in flight while this row's partials arrive
                 nxt = row + rows_at_once
                 chunk_next = LOAD(src, nxt, cols, cols < tl.where(nxt < M, N, 0), "", True)
