@@ -67,7 +67,8 @@ def _registered_here(cases: list[str] | None, impls: list[str] | None, plugins: 
         if case.plugin is not None and case.plugin not in files:
             return True
     for impl in select_impls(impls, "cpu"):
-        module = type(impl).__module__
+        # a user's function (fusebench.implementation) is known by its own module, a class by its class's
+        module = getattr(impl, "module", None) or type(impl).__module__
         if not module.startswith(("fusebench.", "fusebench_plugin_")):
             return True
     return False

@@ -19,6 +19,12 @@ STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed"
                 "timeout": "red", "oom": "yellow", "skipped": "dim", "unsupported": "dim"}
 
 
+
+def _status(status) -> str:
+    """A status as markup: its colour where it is a known one, the text escaped either way."""
+    style, text = STATUS_STYLE.get(status), escape(plain(status))
+    return f"[{style}]{text}[/]" if style else text
+
 def _fmt_time(us: float) -> str:
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"
@@ -53,7 +59,7 @@ def cell_text(row, base=None, ceiling=None, role: str = "") -> str:
     its % of the ceiling and, where wall time turns the verdict, the wall-time speedup."""
     status = row.status
     if status != "ok":
-        return f"[{STATUS_STYLE.get(status, '')}]{escape(plain(status))}[/]"
+        return _status(status)
     if pd.isna(row.time_us):
         return "[green]ok[/] (no timing)"
     text = _fmt_time(row.time_us) + _spread_text(row)
@@ -129,7 +135,7 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
             t.caption = "fastest: " + ", ".join(f"{escape(plain(i))} at {k} of {n}" for i, k in wins.most_common())
         console.print(t)
     counts = df.status.value_counts()
-    console.print("cells: " + ", ".join(f"[{STATUS_STYLE.get(k, '')}]{escape(plain(k))}[/] {v}"
+    console.print("cells: " + ", ".join(f"{_status(k)} {v}"
                                         for k, v in counts.items()))
     device = "the GPU" if (df.device.astype(str).str.startswith("cuda")).any() else "the CPU"
     console.print(f"time: median per call on {device} "
@@ -174,5 +180,5 @@ def _print_problems(df: pd.DataFrame, console: Console) -> None:
         where = ", ".join(sorted(set(g.impl)))
         cases = sorted(set(g.case_name))
         scope = ", ".join(cases) if len(cases) <= 3 else f"{len(cases)} cases"
-        console.print(f"  [{STATUS_STYLE.get(status, '')}]{escape(plain(status))}[/] {escape(plain(where))} "
+        console.print(f"  {_status(status)} {escape(plain(where))} "
                       f"({escape(plain(scope))}; {len(g)} cells): {escape(plain(str(reason)))}", highlight=False)

@@ -88,6 +88,10 @@ COLUMNS: dict[str, str] = {
     # roofline
     "pct_roofline": "% of the roofline from this device's stored ceilings (`fusebench ceilings`).",
     "roofline_bound": "Which roof bounds the cell at its arithmetic intensity: memory or compute.",
+    # where a cell ran, when Ray's actors measured it (fusebench run --ray); empty otherwise
+    "hostname": "Host of the Ray actor that measured the cell (--ray).",
+    "driver": "GPU driver version on that host (--ray).",
+    "gpu_id": "The GPU Ray gave that actor, as the host numbers it (--ray).",
 }
 AXIS_PREFIX = "shape_"
 RUN_FIELDS = {"run_started": "started", "device_name": "device_name", "torch": "torch", "triton": "triton",

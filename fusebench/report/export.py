@@ -29,7 +29,9 @@ def with_run_columns(rows: pd.DataFrame, info: dict | None) -> pd.DataFrame:
     out = rows.copy()
     info = info or {}
     for col, key in RUN_FIELDS.items():
-        out[col] = info.get(key)
+        # a cell measured on a Ray actor keeps its own device name; the run's fills the rest
+        out[col] = out[col].fillna(info.get(key)) if col in out and info.get(key) is not None else \
+            out[col] if col in out else info.get(key)
     dims: dict[str, list] = {}
     for i, (case, shape) in enumerate(zip(out["case_name"], out["shape"])):
         try:
