@@ -56,8 +56,8 @@ def _check_columns(result: dict):
 
 
 def test_parse_ncu_sample_file():
-    """A log captured on an NVIDIA H200 with Nsight Compute 2025.3.1 (bench/metrics_check.py: softmax
-    8192x8192 fp32 eager, exactly the metric's command line): ==WARNING==/==PROF== lines, NVTX columns
+    """A log captured on an NVIDIA H200 with Nsight Compute 2025.3.1 (softmax 8192x8192 fp32
+    eager, exactly the metric's command line): ==WARNING==/==PROF== lines, NVTX columns
     with doubled quotes, thousands separators, base units (byte, ns, inst)."""
     from fusebench.metrics.ncu import columns_from, parse_ncu_csv
 

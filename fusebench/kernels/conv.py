@@ -261,7 +261,7 @@ CONV_BN_WAY = settings.current().conv_bn
 def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tuple[list[str], str]:
     """The paths worth trying for a shape (the first is the default), and why.
 
-    Measured on an H200 (bench/compute.py, ResNet-50 layers at batch 32, fp16):
+    Measured on an H200 (ResNet-50 layers at batch 32, fp16):
     - NCHW: cuDNN + epilogue.  The implicit GEMM gathers A with C_in strided by H*W (no vector
       loads, register spills): 0.9x of cuDNN+epilogue at 56x56, 0.3x at 7x7.
     - channels_last: cuDNN + epilogue won 5 of 6 cells against the implicit GEMM / 1x1 GEMM (a

@@ -247,7 +247,7 @@ def time_interleaved(fns: Sequence[Callable[[], object]], device: str, st: Timin
     reverses from round to round (A B, B A, ...), each rep as time_call times one (flush, the call's
     warm call, the spin, the events).  Whatever drifts during the run -- clocks, the levels a small
     call's time settles on after a flush -- then falls on all of them alike, so that their ratio
-    is sharper than from two separate timings (bench/paired.py).  Returns each call's samples (us).
+    is sharper than from two separate timings (`fusebench paired`).  Returns each call's samples (us).
     On the CPU: host timings, interleaved the same way."""
     warms = list(warms) if warms is not None else [None] * len(fns)
     order = list(range(len(fns)))

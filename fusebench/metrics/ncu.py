@@ -257,8 +257,8 @@ def child_command(case, impl_name: str, shape, dtype_name: str, mode: str = "ncu
 def ncu_command(ncu: str, log_file: str, child: list[str], metrics=METRICS, nvtx_range: str = NVTX_RANGE,
                 cache_control: str = "none") -> list[str]:
     """ncu running `child`, profiling the kernels inside its NVTX push/pop range `nvtx_range`
-    (bench/long_rows.py passes its own metrics, range and, for metrics that take several replay
-    passes, cache control "all")."""
+    (a caller may pass its own metrics and range and, for metrics that take several replay passes,
+    cache control "all")."""
     return [ncu, "--target-processes", "all", "--cache-control", cache_control, "--clock-control", "none",
             "--metrics", ",".join(metrics), "--print-units", "base", "--csv", "--log-file", log_file,
             "--nvtx", "--nvtx-include", f"{nvtx_range}/"] + child

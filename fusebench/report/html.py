@@ -251,7 +251,6 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs, ba
         "failures": failure_table(rows),
         "not_available": not_available_table(rows),
         "notes": note_table(rows),
-        "csv": csv_data_uri(rows.drop(columns=PLACE)),
     }
 
 

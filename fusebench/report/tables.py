@@ -159,8 +159,9 @@ def panel_figures(frame: pd.DataFrame, value: str, label: str, layout: Layout | 
 
 
 def csv_data_uri(df: pd.DataFrame) -> str:
-    """The rows as a CSV download link (data: URI) without the columns that are empty throughout."""
-    body = df.dropna(axis=1, how="all").to_csv(index=False)
+    """The rows as a CSV download link (data: URI) without the columns that are empty throughout and
+    without the per-repetition times (`fusebench results --format csv` exports those from the store)."""
+    body = df.drop(columns=["time_samples_us"], errors="ignore").dropna(axis=1, how="all").to_csv(index=False)
     return "data:text/csv;base64," + base64.b64encode(body.encode()).decode("ascii")
 
 
