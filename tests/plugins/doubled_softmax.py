@@ -1,6 +1,9 @@
 """A plugin implementation for the tests: softmax computed as written, once per call -- or twice when
-FUSEBENCH_TEST_WORK is 2, a real 2x slowdown that `fusebench compare --fail-above` must catch."""
+FUSEBENCH_TEST_WORK is 2, a real 2x slowdown that `fusebench compare --fail-above` must catch.
+Each pass also sleeps a millisecond, so that the call's time is mostly waiting: a busy host
+stretches both runs' calls alike instead of hiding the slowdown in its scheduling noise."""
 import os
+import time
 
 import torch
 
@@ -23,6 +26,7 @@ class DoubledSoftmax(Implementation):
             out = None
             for _ in range(times):
                 out = torch.softmax(x, dim=-1)
+                time.sleep(0.001)
             return out
 
         return Prepared(fn=fn, note=f"computed {times} time(s) per call")
