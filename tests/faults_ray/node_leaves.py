@@ -1,4 +1,4 @@
-"""Run by tests/test_ray.py as `python node_leaves.py DB`: a Ray cluster of two one-CPU nodes on
+"""Run by tests/runner/test_ray.py as `python node_leaves.py DB`: a Ray cluster of two one-CPU nodes on
 this machine (ray.cluster_utils), a sweep of ray_slow on it, and the node measuring the third
 cell removed mid-cell.  The test then reads the store and the log of which node ran what."""
 import os

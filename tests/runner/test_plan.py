@@ -25,8 +25,8 @@ from fusebench.store import CELL_COLUMNS, Store
 from fusebench.summary import print_summary
 
 runner = CliRunner()
-HERE = os.path.dirname(os.path.abspath(__file__))
-PLUGIN = os.path.join(HERE, "plugins", "doubled_softmax.py")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN = os.path.join(TESTS, "plugins", "doubled_softmax.py")
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=5, max_reps=40, host_max_ms=30)
 
 
@@ -263,7 +263,7 @@ def test_every_column_is_described_and_the_doc_matches():
 
     for col in list(CELL_COLUMNS) + list(RUN_FIELDS) + ["shape_seqlen"]:
         assert describe(col), f"column {col!r} is not in report/columns.py"
-    doc = os.path.join(HERE, "..", "docs", "columns.md")
+    doc = os.path.join(TESTS, "..", "docs", "columns.md")
     with open(doc, encoding="utf-8") as f:
         assert f.read() == render_markdown(), "docs/columns.md is stale: regenerate it from report/columns.py"
     r = CliRunner().invoke(app, ["results", "--describe"], terminal_width=300)

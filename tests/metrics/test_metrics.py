@@ -14,7 +14,7 @@ from fusebench.cases import get_case
 from fusebench.impls import get_impl
 from fusebench.metrics import MetricContext, get_metric
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 FAMILIES = ("kernels", "graph", "memory", "compile", "flops", "roofline", "ncu")
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -27,8 +27,9 @@ except ImportError:
 needs_ray = pytest.mark.skipif(ray is None, reason='Ray is not installed (pip install "fusebench[ray]")')
 
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5)
-FAULTS = str(Path(__file__).parent / "faults_ray" / "faults.py")
-SLOW = str(Path(__file__).parent / "faults_ray" / "slow.py")
+TESTS = Path(__file__).resolve().parent.parent  # the fixture plugins are in tests/faults_ray/
+FAULTS = str(TESTS / "faults_ray" / "faults.py")
+SLOW = str(TESTS / "faults_ray" / "slow.py")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def test_a_cell_whose_node_really_leaves_is_measured_on_the_other_node(tmp_path)
     measures the third cell is removed mid-cell.  That cell is measured again on the other node;
     the sweep completes, every cell once and ok."""
     db = str(tmp_path / "fb.db")
-    r = subprocess.run([sys.executable, str(Path(__file__).parent / "faults_ray" / "node_leaves.py"), db],
+    r = subprocess.run([sys.executable, str(TESTS / "faults_ray" / "node_leaves.py"), db],
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     removed = r.stdout.split("removed ")[1].split()[0]

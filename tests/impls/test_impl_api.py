@@ -16,7 +16,7 @@ from fusebench.cli import app
 from fusebench.impls import ImplementationError, UserImplementation, get_impl
 from fusebench.impls import base
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "my_softmax.py")
 
 
