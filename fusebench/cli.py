@@ -95,14 +95,14 @@ def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file 
         t.add_column(col, overflow="fold")
     for c in all_cases():
         quick = c.cpu_shapes if device == "cpu" and c.cpu_shapes else c.quick_shapes
-        t.add_row(c.name, c.family, DTYPE_NAMES[c.default_dtype], "x".join(c.axes),
-                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), c.description)
+        t.add_row(escape(plain(c.name)), escape(plain(c.family)), DTYPE_NAMES[c.default_dtype], escape(plain("x".join(c.axes))),
+                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), escape(plain(c.description)))
     out.print(t)
     t = Table(title=f"implementations (here: {device})", title_justify="left")
     for col in ("implementation", "what", "here"):
         t.add_column(col, overflow="fold")
     for impl in all_impls():
-        t.add_row(impl.name, impl.description, _availability(impl, device))
+        t.add_row(escape(plain(impl.name)), escape(plain(impl.description)), escape(plain(_availability(impl, device))))
     out.print(t)
 
 

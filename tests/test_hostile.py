@@ -469,3 +469,21 @@ def test_retry_failed_measures_crashed_and_timed_out_cells_again(tmp_path):
     assert r.exit_code == 0 and "2 cells to resume" in r.stderr, r.output
     status = {s: st for _, s, st, _ in cells(db)}
     assert status == {"8x8": "ok", "8x16": "ok", "8x24": "error", "8x32": "ok"}  # each cell once
+
+
+def test_list_prints_a_plugins_names_and_descriptions_as_text(tmp_path):
+    plugin = tmp_path / "odd_names.py"
+    plugin.write_text(
+        "import fusebench, torch\n"
+        "x = lambda shape, dtype, device, seed: (fusebench.randn(shape, dtype, device, seed),)\n"
+        "@fusebench.case(inputs=x, shapes=[(8, 8)], description='bad [/x] [bold]kept[/bold] \\x1b[31mred')\n"
+        "def odd_case(a):\n"
+        "    return a\n"
+        "@fusebench.implementation('odd-impl', cases=['odd_case'], description='[/] impl \\x1b]0;t\\x07')\n"
+        "def odd_impl(a):\n"
+        "    return a\n")
+    r = invoke("list", "--plugin", plugin)
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "[/x] [bold]kept[/bold]" in flat and "[/] impl" in flat  # nothing vanished
+    assert "\x1b" not in r.output and "\x07" not in r.output
