@@ -60,23 +60,14 @@ class Settings:
         )
 
 
-_NAMES = ("TRITON_INTERPRET", "FUSEBENCH_AUTOTUNE", "FUSEBENCH_AUTOTUNE_LOG", "FUSEBENCH_COOP",
-          "FUSEBENCH_TUNING_CACHE", "FUSEBENCH_CACHE_DIR", "FUSEBENCH_FP32_PRECISION", "FUSEBENCH_GEMM_IMPL",
-          "FUSEBENCH_CONV_PATH", "FUSEBENCH_CONV_BN", "FUSEBENCH_ATTN_IMPL")
-
-
-@functools.lru_cache(maxsize=8)
-def _settings_for(values: tuple) -> Settings:
+@functools.lru_cache(maxsize=1)
+def current() -> Settings:
+    """The settings, read from the environment once: kernel launches consult them on every call,
+    so they must cost nothing there.  Change a variable at run time, then call refresh()."""
     return Settings.from_environ()
 
 
-def current() -> Settings:
-    """The settings of the environment as it is now: built once per distinct set of values, so a
-    variable changed at run time (a test, a notebook) takes effect without a refresh."""
-    return _settings_for(tuple(os.environ.get(n) for n in _NAMES))
-
-
 def refresh() -> Settings:
-    """Read the environment again (kept for callers that changed it and want the new settings)."""
-    _settings_for.cache_clear()
+    """Read the environment again (the next current() returns the new settings)."""
+    current.cache_clear()
     return current()

@@ -18,6 +18,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment():
+    # fusebench reads its settings once (settings.current()); a test that changes a variable
+    # calls settings.refresh(), and the environment it restores is read again here afterwards.
+    # Defined before any fixture that uses monkeypatch, so it is torn down after monkeypatch.
+    from fusebench import settings
+
+    settings.refresh()
+    yield
+    settings.refresh()
+
+
 @pytest.fixture
 def db(tmp_path):
     return str(tmp_path / "fb.db")

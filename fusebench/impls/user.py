@@ -16,9 +16,9 @@ workers load the same plugin files.
 """
 from __future__ import annotations
 
-import os
 from typing import Callable, Sequence
 
+from fusebench import settings
 from fusebench.cases.base import Case, get_case
 from fusebench.impls import base
 from fusebench.impls.base import Implementation, Prepared
@@ -46,7 +46,7 @@ class UserImplementation(Implementation):
         return case.name in self.cases
 
     def available(self, device: str) -> str | None:
-        if self.triton and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if self.triton and device == "cpu" and not settings.current().interpret:
             return TRITON_ON_CPU
         return None
 

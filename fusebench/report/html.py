@@ -22,7 +22,7 @@ from fusebench.report import heatmap as hm
 from fusebench.report.grid import Layout, place
 from fusebench.report.judge import add_ceiling_pct, cell_spread, launch_bound
 from fusebench.report.tables import (
-    OK, PLACE, Cell, Table, csv_data_uri, decode_json, num, panel_figures, pills_cell, ratio_frame, shape_ratio,
+    OK, Cell, Table, csv_data_uri, decode_json, num, panel_figures, pills_cell, ratio_frame, shape_ratio,
     speedup_cell, summarize,
 )
 

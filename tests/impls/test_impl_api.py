@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 import fusebench
+from fusebench import settings
 from fusebench.cases import get_case
 from fusebench.cli import app
 from fusebench.impls import ImplementationError, UserImplementation, get_impl
@@ -104,9 +105,11 @@ def test_a_triton_function_on_the_cpu_is_checked_but_not_timed(db, monkeypatch):
         return torch.softmax(x, 1)
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    settings.refresh()
     df = fusebench.run(["softmax"], impls=["t-tri"], shapes="8x16", device="cpu", db=db)
     assert list(df.status) == ["ok"] and df.time_us.isna().all() and "interpreter" in df.na.iloc[0]
     monkeypatch.delenv("TRITON_INTERPRET")
+    settings.refresh()
     assert "TRITON_INTERPRET=1" in get_impl("t-tri").available("cpu")
 
 

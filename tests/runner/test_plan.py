@@ -15,10 +15,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import fusebench
+from fusebench import settings
 from fusebench.cli import app
 from fusebench.measure.timing import TimingSettings, spread
 from fusebench.report.columns import COLUMNS, describe, render_markdown
-from fusebench.report.compare import render_compare
 from fusebench.report.judge import change
 from fusebench.runner.plan import default_impls, not_planned, plan_cells
 from fusebench.store import CELL_COLUMNS, Store
@@ -59,6 +59,7 @@ def test_default_plan_has_only_cells_that_apply():
 
 def test_cpu_default_leaves_out_what_cannot_run_here_and_says_why(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    settings.refresh()
     names = {i.name for i in default_impls("cpu")}
     assert {"eager", "inductor", "memcpy", "torch-mm"} <= names and not names & {"sdpa-flash", "cublaslt", "triton"}
     skipped = not_planned("cpu", ["softmax"])
