@@ -290,11 +290,7 @@ class RayScheduler(Scheduler):
     def run(self, cells: list[Cell]) -> None:
         import ray
 
-        groups: deque = deque()  # one group per case (and dtype), in the requested order
-        for cell in cells:
-            if not groups or (groups[-1][0].case, groups[-1][0].dtype) != (cell.case, cell.dtype):
-                groups.append(deque())
-            groups[-1].append(cell)
+        groups = self._groups(cells)
         plugins = plugin_payload(self.opts.plugins)
         slots = [self._new_actor(plugins) for _ in range(min(self.cluster.actors, max(len(groups), 1)))]
         # Actors wait for free resources; a cluster that keeps none free for this long (all its
@@ -319,14 +315,9 @@ class RayScheduler(Scheduler):
                 ray.kill(s.actor)
 
     def _dispatch(self, s: _Slot, groups: deque) -> None:
-        if not s.group and groups:
-            s.group = groups.popleft()
-        if not s.group:
-            return
-        cell = s.group.popleft()
-        s.cell, s.since = cell, time.time()
-        self.on_cell(cell, None)
-        s.ref = s.actor.measure.remote(cell.as_dict())
+        cell = self._take(s, groups)
+        if cell is not None:
+            s.ref = s.actor.measure.remote(cell.as_dict())
 
     def _wait(self, slots: list[_Slot], plugins) -> None:
         import ray

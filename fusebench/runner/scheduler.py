@@ -253,13 +253,30 @@ class Scheduler:
         workers[workers.index(w)] = fresh
         return fresh
 
-    def _run_isolated(self, cells: list[Cell]) -> None:
-        # One group per case (and dtype), in the requested order.
+    @staticmethod
+    def _groups(cells: list[Cell]) -> deque:
+        """One group per case (and dtype), in the requested order: a worker takes a whole group, so
+        that Inductor's caches and the autotuner's choices are reused."""
         groups: deque = deque()
         for cell in cells:
             if not groups or (groups[-1][0].case, groups[-1][0].dtype) != (cell.case, cell.dtype):
                 groups.append(deque())
             groups[-1].append(cell)
+        return groups
+
+    def _take(self, w, groups: deque) -> Cell | None:
+        """The next cell for worker `w` (from its group, or a new group), marked as in flight."""
+        if not w.group and groups:
+            w.group = groups.popleft()
+        if not w.group:
+            return None
+        cell = w.group.popleft()
+        w.cell, w.since = cell, time.time()
+        self.on_cell(cell, None)
+        return cell
+
+    def _run_isolated(self, cells: list[Cell]) -> None:
+        groups = self._groups(cells)
         if not groups:
             return
         gpus = self.opts.gpus if self.opts.gpus else [None]
@@ -285,14 +302,9 @@ class Scheduler:
                 _kill(w, max(0.0, deadline - time.time()))
 
     def _dispatch(self, w: _Worker, groups: deque) -> None:
-        if not w.group and groups:
-            w.group = groups.popleft()
-        if not w.group:
-            return
-        cell = w.group.popleft()
-        w.cell, w.since = cell, time.time()
-        self.on_cell(cell, None)
-        w.conn.send(cell.as_dict())
+        cell = self._take(w, groups)
+        if cell is not None:
+            w.conn.send(cell.as_dict())
 
     def _wait(self, workers: list[_Worker], groups: deque) -> None:
         timeout = self.opts.cell_timeout
