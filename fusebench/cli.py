@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fusebench.util import plain
+from fusebench.util import as_text, plain
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and test suite for GPU kernel fusion.")
@@ -31,12 +31,6 @@ def fail(message: str) -> None:
     line = " ".join(part.strip() for part in plain(message).splitlines() if part.strip())
     err.print(f"fusebench: error: {line}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_INPUT)
-
-
-def text(value) -> str:
-    """Text from a store or an exception, for a markup string or a Table cell: control characters
-    replaced, markup escaped."""
-    return escape(plain("" if value is None else value))
 
 
 def bad_input_is_exit_2(fn):
@@ -95,14 +89,14 @@ def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file 
         t.add_column(col, overflow="fold")
     for c in all_cases():
         quick = c.cpu_shapes if device == "cpu" and c.cpu_shapes else c.quick_shapes
-        t.add_row(escape(plain(c.name)), escape(plain(c.family)), DTYPE_NAMES[c.default_dtype], escape(plain("x".join(c.axes))),
-                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), escape(plain(c.description)))
+        t.add_row(as_text(c.name), as_text(c.family), DTYPE_NAMES[c.default_dtype], as_text("x".join(c.axes)),
+                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), as_text(c.description))
     out.print(t)
     t = Table(title=f"implementations (here: {device})", title_justify="left")
     for col in ("implementation", "what", "here"):
         t.add_column(col, overflow="fold")
     for impl in all_impls():
-        t.add_row(escape(plain(impl.name)), escape(plain(impl.description)), escape(plain(_availability(impl, device))))
+        t.add_row(as_text(impl.name), as_text(impl.description), as_text(_availability(impl, device)))
     out.print(t)
 
 
@@ -223,10 +217,10 @@ def run(
     def on_cell(cell, row):
         if row is None:
             progress.update(state["task"],
-                            description=text(f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}"))
+                            description=as_text(f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}"))
             return
         state["counts"][row["status"]] = state["counts"].get(row["status"], 0) + 1
-        counts = text(" ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items())))
+        counts = as_text(" ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items())))
         progress.update(state["task"], advance=1, counts=counts)
 
     # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
@@ -425,9 +419,9 @@ def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
         df = store.runs()
     t = Table()
     for col in df.columns:
-        t.add_column(text(col))
+        t.add_column(as_text(col))
     for _, r in df.iterrows():
-        t.add_row(*[text(v) for v in r])
+        t.add_row(*[as_text(v) for v in r])
     out.print(t)
 
 
@@ -482,7 +476,6 @@ def paired_cmd(
     from fusebench.env import best_device
     from fusebench.impls import get_impl
     from fusebench.measure.paired import append_csv, format_row, measure
-    from fusebench.util import plain
 
     for path in plugin or []:
         load_plugin(path)
@@ -531,7 +524,6 @@ def standing_cmd(
     Inductor and eager), from the latest fp32 cells of the given stores."""
     from fusebench.report.standing import (VERSUS_QUERY, copy_ceilings, load, standing, standing_lines,
                                            versus as versus_table)
-    from fusebench.util import plain
 
     if ceiling is not None and not ceiling > 0:
         fail(f"--ceiling must be positive, got {ceiling:g}")

@@ -7,13 +7,12 @@ from collections import Counter
 
 import pandas as pd
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from fusebench.impls.ceiling import ceiling_for
 from fusebench.measure.timing import NOISY_SPREAD
 from fusebench.report.judge import cell_spread, ceiling_pct, is_noisy, launch_bound
-from fusebench.util import plain
+from fusebench.util import as_text
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed": "bold red",
                 "timeout": "red", "oom": "yellow", "skipped": "dim", "unsupported": "dim"}
@@ -22,7 +21,7 @@ STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed"
 
 def _status(status) -> str:
     """A status as markup: its colour where it is a known one, the text escaped either way."""
-    style, text = STATUS_STYLE.get(status), escape(plain(status))
+    style, text = STATUS_STYLE.get(status), as_text(status)
     return f"[{style}]{text}[/]" if style else text
 
 def _fmt_time(us: float) -> str:
@@ -83,7 +82,7 @@ def accuracy_text(rows: pd.DataFrame) -> str:
         return ""
     worst = checked.loc[checked.tol_ratio.idxmax()]
     failed = (rows.status == "mismatch").sum()
-    text = f"worst {worst.tol_ratio:.2g}×tol ({escape(plain(worst.impl))})"
+    text = f"worst {worst.tol_ratio:.2g}×tol ({as_text(worst.impl)})"
     return f"[bold red]{failed} mismatch[/], {text}" if failed else text
 
 
@@ -105,14 +104,14 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
     noisy = launch = 0
     for case_name, cdf in df.groupby("case_name", sort=False):
         ceiling = ceiling_for(case_name)
-        t = Table(title=escape(plain(case_name)), title_justify="left", caption_justify="left")
+        t = Table(title=as_text(case_name), title_justify="left", caption_justify="left")
         t.add_column("shape")
         t.add_column("dtype")
         # Columns for the implementations that ran here; those unsupported throughout are listed below.
         case_impls = [i for i in impls if (cdf[cdf.impl == i].status != "unsupported").any()]
         for i in case_impls:
             role = " (baseline)" if i == baseline else " (ceiling)" if is_ceiling(i) else ""
-            t.add_column(escape(plain(i)) + role, justify="right")
+            t.add_column(as_text(i) + role, justify="right")
         t.add_column("accuracy", justify="right")
         for (shape, dtype), sdf in cdf.groupby(["shape", "dtype"], sort=False):
             by_impl = {r.impl: r for r in sdf.itertuples()}
@@ -128,11 +127,11 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
                 if _timed(row):
                     noisy += is_noisy(cell_spread(row))
                     launch += bool(not role and _timed(base) and launch_bound(row, base))
-            t.add_row(escape(plain(shape)), escape(plain(dtype)), *cells, accuracy_text(sdf))
+            t.add_row(as_text(shape), as_text(dtype), *cells, accuracy_text(sdf))
         wins = fastest(cdf)
         if wins:
             n = sum(wins.values())
-            t.caption = "fastest: " + ", ".join(f"{escape(plain(i))} at {k} of {n}" for i, k in wins.most_common())
+            t.caption = "fastest: " + ", ".join(f"{as_text(i)} at {k} of {n}" for i, k in wins.most_common())
         console.print(t)
     counts = df.status.value_counts()
     console.print("cells: " + ", ".join(f"{_status(k)} {v}"
@@ -141,16 +140,16 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
     console.print(f"time: median per call on {device} "
                   f"({'CUDA events, L2 flushed' if device == 'the GPU' else 'host time'}), ±: spread "
                   f"(IQR / median of the repetitions; [yellow]![/] above {NOISY_SPREAD:.0%}: too noisy to trust); "
-                  f"×: speedup over {escape(plain(baseline))}; [cyan]%[/]: of the case's ceiling "
+                  f"×: speedup over {as_text(baseline)}; [cyan]%[/]: of the case's ceiling "
                   f"(memcpy or torch-mm, same run)", highlight=False)
     if noisy:
         console.print(f"[yellow]{noisy} cell(s) too noisy to trust[/] (spread above {NOISY_SPREAD:.0%}): "
                       f"a quieter machine or a rerun is needed before reading them", highlight=False)
     if launch:
-        console.print(f"[magenta]{launch} launch-bound cell(s)[/]: faster than {escape(plain(baseline))} on the "
+        console.print(f"[magenta]{launch} launch-bound cell(s)[/]: faster than {as_text(baseline)} on the "
                       f"device but slower from Python (wall-time speedup shown)", highlight=False)
     if baseline not in set(df.impl):
-        console.print(f"no {escape(plain(baseline))} cells in this run: no speedups to show", highlight=False)
+        console.print(f"no {as_text(baseline)} cells in this run: no speedups to show", highlight=False)
     _print_problems(df, console)
     skipped = df.attrs.get("not_planned") or {}
     if skipped:
@@ -159,7 +158,7 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
         for name, reason in skipped.items():
             by_reason.setdefault(reason, []).append(name)
         for reason, names in by_reason.items():
-            console.print(f"  {escape(plain(', '.join(names)))}: {escape(plain(reason))}", highlight=False)
+            console.print(f"  {as_text(', '.join(names))}: {as_text(reason)}", highlight=False)
 
 
 def _print_problems(df: pd.DataFrame, console: Console) -> None:
@@ -173,12 +172,12 @@ def _print_problems(df: pd.DataFrame, console: Console) -> None:
         reasons = Counter(g.reason.fillna(""))
         reason, _ = reasons.most_common(1)[0]
         more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
-        console.print(f"  [dim]unsupported[/] {escape(plain(impl))} ({len(g)} cells): {escape(plain(reason))}{more}",
+        console.print(f"  [dim]unsupported[/] {as_text(impl)} ({len(g)} cells): {as_text(reason)}{more}",
                       highlight=False)
     grouped = problems[problems.status != "unsupported"].groupby(["status", "reason"], dropna=False, sort=False)
     for (status, reason), g in grouped:
         where = ", ".join(sorted(set(g.impl)))
         cases = sorted(set(g.case_name))
         scope = ", ".join(cases) if len(cases) <= 3 else f"{len(cases)} cases"
-        console.print(f"  {_status(status)} {escape(plain(where))} "
-                      f"({escape(plain(scope))}; {len(g)} cells): {escape(plain(str(reason)))}", highlight=False)
+        console.print(f"  {_status(status)} {as_text(where)} "
+                      f"({as_text(scope)}; {len(g)} cells): {as_text(str(reason))}", highlight=False)

@@ -17,3 +17,11 @@ def plain(text: object) -> str:
     included) replaced by U+FFFD, newlines and tabs kept.  Print it with markup off, or pass it
     through rich.markup.escape where a Table or markup string holds it."""
     return str(text).translate(_CONTROL)
+
+
+def as_text(text: object) -> str:
+    """plain() text escaped for rich markup (None as ""): for a Table cell or a markup string, where a
+    stored name or message must print as itself (a `[/x]` in it neither vanishes nor raises)."""
+    from rich.markup import escape
+
+    return escape(plain("" if text is None else text))

@@ -15,14 +15,7 @@ import torch
 
 from fusebench.metrics import ALL_METRICS, get_metric
 from fusebench.metrics._util import first_line, is_inductor
-from fusebench.util import plain
-
-
-def _t(value) -> str:
-    """Text from a cell or a compiler, shown as itself: markup escaped, control characters replaced."""
-    from rich.markup import escape
-
-    return escape(plain("" if value is None else value))
+from fusebench.util import as_text
 
 SHOWN_FAMILIES = tuple(f for f in ALL_METRICS if f != "ncu")  # ncu on request
 
@@ -207,7 +200,7 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
     console = console or Console()
     c = result["cell"]
     console.rule(f"{c['case']} · {c['impl']} · {c['shape']} · {c['dtype']} · {c.get('device_name') or c['device']}")
-    console.print(f"status: [bold]{_t(result['status'])}[/bold]" + (f" — {_t(result['reason'])}" if result.get("reason") else ""))
+    console.print(f"status: [bold]{as_text(result['status'])}[/bold]" + (f" — {as_text(result['reason'])}" if result.get("reason") else ""))
 
     t = Table(title="metrics", show_lines=False)
     t.add_column("metric")
@@ -218,14 +211,14 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
     shown = set()
     for key, unit in UNITS:
         if key in row or key in na:
-            t.add_row(key, _t(_fmt(row.get(key))), unit if key in row else "", "" if key in row else _t(na.get(key, "")))
+            t.add_row(key, as_text(_fmt(row.get(key))), unit if key in row else "", "" if key in row else as_text(na.get(key, "")))
             shown.add(key)
     for key, why in na.items():
         if key not in shown:
-            t.add_row(key, "", "", _t(why))
+            t.add_row(key, "", "", as_text(why))
     console.print(t)
     for note in result.get("notes", []):
-        console.print(f"[dim]note:[/dim] {_t(note)}")
+        console.print(f"[dim]note:[/dim] {as_text(note)}")
 
     if result.get("kernels"):
         kt = Table(title="kernels of one call (profiler)")
@@ -234,14 +227,14 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
         kt.add_column("name", overflow="fold")
         kt.add_column("us", justify="right")
         for i, k in enumerate(result["kernels"]):
-            kt.add_row(str(i), _t(k["kind"]), _t(k["name"]), f"{k['dur_us']:.2f}")
+            kt.add_row(str(i), as_text(k["kind"]), as_text(k["name"]), f"{k['dur_us']:.2f}")
         console.print(kt)
     elif row.get("kernel_names"):
         kt = Table(title="kernels (from generated code)")
         kt.add_column("name")
         kt.add_column("calls", justify="right")
         for name, n in row["kernel_names"]:
-            kt.add_row(_t(name), str(n))
+            kt.add_row(as_text(name), str(n))
         console.print(kt)
 
     if result.get("ncu_kernels"):
@@ -250,7 +243,7 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
         for m in ("dram__bytes_read.sum", "dram__bytes_write.sum", "smsp__inst_executed.sum", "gpu__time_duration.sum"):
             nt.add_column(m, justify="right")
         for k in result["ncu_kernels"]:
-            nt.add_row(_t(k.get("name", "")), *[_fmt(k.get(m)) for m in (
+            nt.add_row(as_text(k.get("name", "")), *[_fmt(k.get(m)) for m in (
                 "dram__bytes_read.sum", "dram__bytes_write.sum", "smsp__inst_executed.sum", "gpu__time_duration.sum")])
         console.print(nt)
 
@@ -261,7 +254,7 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
         at.add_column("candidates", justify="right")
         for a in result["autotune"]:
             n = a.get("candidates")
-            at.add_row(_t(a["kernel"]), _t(a["config"] + (f"  (key {a['key']})" if a.get("key") else "")),
+            at.add_row(as_text(a["kernel"]), as_text(a["config"] + (f"  (key {a['key']})" if a.get("key") else "")),
                        "" if n is None else str(n))
         console.print(at)
 
