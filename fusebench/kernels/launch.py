@@ -1,0 +1,82 @@
+"""Launching a compiled Triton kernel with everything decided once: the host's cost per call.
+
+`jit_fn[grid](*args, **constexprs)` binds and specialises every argument, hashes the result and
+looks the binary up on each call: ~10-40 us of Python for kernels with 20-30 arguments, more
+than the GPU time of a small row-wise kernel.  A `Launch` makes that call once, keeps the compiled
+kernel it returns, and afterwards calls the binary's launcher directly with the new tensors.
+
+That is valid only while Triton would pick the same binary, so a caller keeps one `Launch` per
+problem key that fixes everything Triton specialises on: the shapes and strides (every integer
+argument fusebench passes is derived from them, and Triton specialises integers on == 1 and on
+divisibility by 16) and each pointer's 16-byte alignment (`aligned16`).  The first call of a
+`Launch` goes through the JIT, so a new key costs what it always did.
+
+Under Triton's interpreter, while a launch hook is installed (profilers such as proton install
+one), or if the compiled kernel lacks the launcher this module expects, every call goes through
+the JIT.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from fusebench.kernels import device as dev
+
+
+def aligned16(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
+    """Whether each tensor's data pointer is 16-byte aligned (Triton specialises pointers on it)."""
+    return tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _hooks_installed() -> bool:
+    try:
+        from triton import knobs
+    except ImportError:  # a Triton without knobs: no way to tell, so take the JIT path
+        return True
+    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+
+
+class Launch:
+    """`jit_fn` on `grid` with keyword arguments `constants` (constexprs and options such as
+    num_warps), called with the runtime arguments in signature order.  Runtime arguments must
+    come first in the kernel's signature and be passed positionally."""
+
+    __slots__ = ("jit_fn", "grid", "constants", "kernel", "tail", "n_args", "stream_of", "device")
+
+    def __init__(self, jit_fn, grid: Sequence[int], constants: dict):
+        self.jit_fn = jit_fn
+        self.grid = (tuple(grid) + (1, 1))[:3]
+        self.constants = constants
+        self.kernel = None  # the compiled kernel once the first call has made it
+        self.tail: tuple = ()
+        self.n_args = 0
+        self.stream_of = None
+        self.device = None
+
+    def __call__(self, *args) -> None:
+        kernel = self.kernel
+        if kernel is not None and len(args) == self.n_args and not _hooks_installed():
+            kernel.run(self.grid[0], self.grid[1], self.grid[2], self.stream_of(self.device), kernel.function,
+                       kernel.packed_metadata, None, None, None, *args, *self.tail)
+            return
+        self._first(args)
+
+    def _first(self, args) -> None:
+        """Launch through the JIT, and keep what the fast path needs when it can take it."""
+        compiled = self.jit_fn[self.grid](*args, **self.constants)
+        if self.kernel is not None or dev.is_interpreter() or compiled is None:
+            return
+        try:
+            from triton.runtime import driver
+
+            device = driver.active.get_current_device()
+            binder = self.jit_fn.device_caches[device][-1]  # (caches..., binder)
+            bound = list(binder(*args, **self.constants)[0].values())
+            stream_of, run = driver.active.get_current_stream, compiled.run
+        except (AttributeError, IndexError, KeyError, TypeError):  # another Triton's internals: stay on the JIT
+            return
+        if not callable(run):
+            return
+        self.tail, self.n_args = tuple(bound[len(args):]), len(args)
+        self.stream_of, self.device, self.kernel = stream_of, device, compiled
