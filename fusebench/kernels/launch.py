@@ -29,12 +29,18 @@ def aligned16(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
     return tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors)
 
 
+def _hook_set(hook) -> bool:
+    # Triton keeps launch hooks in a HookChain, empty (not None) when none is installed.
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else hook is not None
+
+
 def _hooks_installed() -> bool:
     try:
         from triton import knobs
     except ImportError:  # a Triton without knobs: no way to tell, so take the JIT path
         return True
-    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+    return _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
 
 
 class Launch:

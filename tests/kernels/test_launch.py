@@ -4,6 +4,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.kernels import launch as launch_module
 from fusebench.kernels.launch import Launch, aligned16
 from kernel_checks import DEVICE, gpu
 
@@ -38,6 +39,16 @@ def test_the_second_call_takes_the_compiled_kernel():
     out = torch.empty_like(x)
     launch(x, x, out, 1000, 1.0)
     assert launch.kernel is not None  # else this Triton's internals differ and every call pays the JIT
+    assert not launch_module._hooks_installed()  # else every call takes the JIT path
     out2 = torch.empty_like(x)
     launch(x, out, out2, 1000, 2.0)
-    torch.testing.assert_close(out2, 3 * x)
+    torch.testing.assert_close(out2, 2 * x + out)
+
+
+def test_an_empty_hook_chain_is_no_hook():
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not launch_module._hook_set(None) and not launch_module._hook_set(Chain([]))
+    assert launch_module._hook_set(Chain([print])) and launch_module._hook_set(print)
