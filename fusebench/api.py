@@ -21,6 +21,7 @@ from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner import ray_backend
+from fusebench.runner.modes import check_mode, run_mode
 from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
@@ -93,6 +94,7 @@ def run(
     retry_failed: bool = False,
     ray: str | None = None,
     ray_gpu_kind: str | None = None,
+    mode: str = "fwd",
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
@@ -110,6 +112,10 @@ def run(
     `ray="local"` (a Ray instance started here), `"auto"` or a cluster address runs the cells on
     Ray actors, one per GPU (of kind `ray_gpu_kind` if given) or per CPU slot
     (fusebench.runner.ray_backend).
+
+    `mode`: what each cell times: "fwd" (the forward), "bwd" (the backward alone, its forward run
+    outside the timed call) or "fwd_bwd" (both); the training modes plan the differentiable cases
+    only and check every input's gradient against float64 autograd (fusebench.runner.modes).
     """
     cell_timeout = _check_timeout(cell_timeout)
     gpu_list = _parse_gpus(gpus)
@@ -123,6 +129,7 @@ def run(
         if resume is None:  # validate the whole request before the store is touched
             if retry_failed:
                 raise ValueError("--retry-failed applies to --resume")
+            mode = check_mode(mode)
             for r in records:
                 load_plugin(r["path"], r["sha256"])
             if ray is None:
@@ -135,13 +142,13 @@ def run(
             shapes = shape_spec_text(shapes)
             if not any(s.strip() for s in shapes.split(",")):
                 raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
-            todo = plan_cells(cases, impls, shapes, dtype, device)
+            todo = plan_cells(cases, impls, shapes, dtype, device, mode)
             if not todo:
                 raise ValueError("the request selects no cells")
             _check_sizes(todo)
             skipped = not_planned(device, cases) if not impls else {}
             request = dict(cases=cases, impls=impls, shapes=shapes, dtype=dtype, device=device, plugins=records,
-                           metrics=list(metric_names))
+                           metrics=list(metric_names), mode=mode)
         else:
             with Store.open(path, create=False) as ro:  # read-only until every check has passed
                 seen = ro.run_info(resume)
@@ -185,7 +192,7 @@ def run(
         finally:
             store.finish_run(run_id, status)
         df = store.cells(run_id)
-        df.attrs.update(run_id=run_id, db=store.path, not_planned=skipped)
+        df.attrs.update(run_id=run_id, db=store.path, not_planned=skipped, mode=run_mode(request))
         return df
     finally:
         store.close()
@@ -275,7 +282,7 @@ def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, redo:
     request = _stored_request(info)
     try:
         cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
-                           request.get("dtype"), request["device"])
+                           request.get("dtype"), request["device"], run_mode(request))
         stored_timing = json.loads(info["timing"] or "{}")
         # A run stored before flush_mode existed flushed with ordinary stores, one stored before
         # warm_call_max_bytes had no warm call, one before warm_call_discards kept the warm call's

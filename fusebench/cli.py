@@ -173,6 +173,9 @@ def run(
                                            "ray://host:10001, host:6379). Needs fusebench[ray]."),
     ray_gpu_kind: Optional[str] = typer.Option(None, help="With --ray: only GPUs of this Ray accelerator type "
                                                           "(H100, A100, ...)."),
+    mode: str = typer.Option("fwd", help="What each cell times: fwd (the forward) | bwd (the backward alone, "
+                                         "its forward run outside the timed call) | fwd_bwd (both).  The training "
+                                         "modes run the differentiable cases and check every input's gradient."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -186,9 +189,9 @@ def run(
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
     check_baseline(baseline)
     if resume is not None and (cases or impl or dtype or device or shapes != "quick" or flush != "clean"
-                               or not warm_call):
+                               or not warm_call or mode != "fwd"):
         fail("--resume takes the selection of the run it resumes; give no cases, --impl, --shapes, --dtype, "
-             "--device, --flush or --no-warm-call with it (only its --plugin files)")
+             "--device, --mode, --flush or --no-warm-call with it (only its --plugin files)")
     if retry_failed and resume is None:
         fail("--retry-failed applies to --resume RUN_ID")
     from fusebench.measure.timing import FLUSH_MODES, TimingSettings
@@ -230,7 +233,7 @@ def run(
             df = fusebench.run(cases or None, impls=_split(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
                                resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
-                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind)
+                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind, mode=mode)
         finally:
             if state["task"] is not None:
                 progress.stop()

@@ -75,6 +75,7 @@ CELL_COLUMNS = {
     "dtype": "TEXT NOT NULL",  # what ran
     "requested_dtype": "TEXT",  # what was asked for (differs from dtype e.g. fp16 -> fp32 on the CPU)
     "device": "TEXT NOT NULL",
+    "mode": "TEXT",  # fwd | bwd | fwd_bwd: what the cell timed (runner/modes.py)
     "status": "TEXT NOT NULL",  # ok | mismatch | oom | error | unsupported | skipped | crashed | timeout
     "reason": "TEXT",  # error text, or why unsupported / skipped
     "note": "TEXT",  # how the implementation ran (precision, path chosen, dtype substitution ...)

@@ -13,6 +13,7 @@ from fusebench.impls.ceiling import ceiling_for
 from fusebench.measure.timing import NOISY_SPREAD
 from fusebench.report.judge import cell_spread, ceiling_pct, is_noisy, launch_bound
 from fusebench.util import as_text
+from fusebench.runner.modes import mode_label
 
 STATUS_STYLE = {"ok": "green", "mismatch": "bold red", "error": "red", "crashed": "bold red",
                 "timeout": "red", "oom": "yellow", "skipped": "dim", "unsupported": "dim"}
@@ -96,6 +97,15 @@ def fastest(cdf: pd.DataFrame) -> Counter:
     return wins
 
 
+def _mode(df: pd.DataFrame, cdf: pd.DataFrame) -> str:
+    """The mode of a case's cells: the cells' own column, else the run's (df.attrs)."""
+    if "mode" in cdf.columns:
+        modes = cdf["mode"].dropna().unique()
+        if len(modes):
+            return str(modes[0])
+    return str(df.attrs.get("mode") or "fwd")
+
+
 def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -> None:
     if df.empty:
         console.print("no cells")
@@ -104,7 +114,8 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
     noisy = launch = 0
     for case_name, cdf in df.groupby("case_name", sort=False):
         ceiling = ceiling_for(case_name)
-        t = Table(title=as_text(case_name), title_justify="left", caption_justify="left")
+        t = Table(title=as_text(case_name + mode_label(_mode(df, cdf))), title_justify="left",
+                  caption_justify="left")
         t.add_column("shape")
         t.add_column("dtype")
         # Columns for the implementations that ran here; those unsupported throughout are listed below.

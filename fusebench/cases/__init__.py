@@ -8,4 +8,4 @@ from fusebench.cases.base import (  # noqa: F401
 # the specification's order; the bench scripts that sweep or score them share this list.
 MEMORY_BOUND = ["pointwise_chain", "softmax", "double_softmax", "softmax_backward", "layernorm", "norm_chain",
                 "horizontal_reduction_pointwise", "horizontal_reduction_reduction", "bias_gelu", "bias_dropout_add",
-                "bias_dropout_add_transposed"]
+                "bias_dropout_add_transposed", "rmsnorm", "add_rmsnorm", "swiglu", "cross_entropy"]

@@ -112,6 +112,25 @@ class Case:
     complete_shape: Callable[[Shape], Shape] | None = None
     description: str = ""
     plugin: str | None = None  # path of the user file that registered it
+    # Positions of the inputs that need gradients in the bwd and fwd_bwd modes (runner/modes.py);
+    # empty: the case is measured forward only.
+    grad_inputs: tuple[int, ...] = ()
+    # Fewest bytes and FLOPs of the backward alone (the gradients of grad_inputs from the outputs'
+    # gradients and what the forward saved); fwd_bwd counts the forward's and the backward's.
+    backward_bytes_model: Model | None = None
+    backward_flops_model: Model | None = None
+    # (atol, rtol) of the gradients per dtype; default: the outputs' tolerance.
+    grad_tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    # Planned by a CPU run that names no cases?  (Cases whose CPU cells cost more than the default
+    # run's few minutes allow run on the CPU only by name.)
+    cpu_default: bool = True
+
+    @property
+    def differentiable(self) -> bool:
+        return bool(self.grad_inputs)
+
+    def grad_tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        return self.grad_tolerances.get(dtype, self.tolerance(dtype))
 
     def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))
@@ -181,6 +200,7 @@ def _load_builtin() -> None:
     import fusebench.cases.matmul  # noqa: F401
     import fusebench.cases.conv  # noqa: F401
     import fusebench.cases.mix  # noqa: F401
+    import fusebench.cases.training  # noqa: F401
 
 
 def case(

@@ -39,6 +39,9 @@ class Prepared:
     # chose); replaces `note` when it returns one.
     note_after: Callable[[], str | None] = lambda: None
     extra: dict = field(default_factory=dict)
+    # The forward differentiated in the training modes where it is not `fn` (our Triton kernels:
+    # their autograd.Function, whose backward is our backward kernels).
+    train_fn: Callable | None = None
 
 
 class Implementation:
@@ -60,6 +63,12 @@ class Implementation:
         Structural only: SDPA computes attention and nothing else.  A cell that applies but cannot
         run here (no GPU, a library missing, a shape the kernel refuses) is `supports()`'s business
         and ends `unsupported`; a cell that does not apply is never planned."""
+        return True
+
+    def has_backward(self, case: Case, mode: str) -> bool:
+        """Whether this implementation computes `case` in a training mode (bwd, fwd_bwd) of a
+        differentiable case: by default through autograd of its forward (eager, Inductor, the
+        libraries' autograd Functions, users' functions)."""
         return True
 
     def available(self, device: str) -> str | None:

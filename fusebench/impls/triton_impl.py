@@ -27,6 +27,14 @@ class Triton(Implementation):
         except ImportError:
             return case.plugin is None
 
+    def has_backward(self, case, mode):
+        # Our kernels run backward only through an autograd.Function with backward kernels of ours.
+        try:
+            kernel = _kernels()[0].get(case.name)
+        except ImportError:
+            return False
+        return kernel is not None and kernel.autograd is not None
+
     def available(self, device):
         try:
             _kernels()
@@ -53,7 +61,7 @@ class Triton(Implementation):
         interp = "Triton interpreter: correctness only" if device == "cpu" else None
         if kernel.run is None:
             # Kernels that choose a path at their first call say which in describe(), asked again after it.
-            return Prepared(fn=kernel.fn, note=note, timing_available=interp,
+            return Prepared(fn=kernel.fn, note=note, timing_available=interp, train_fn=kernel.autograd,
                             note_after=lambda: kernel.describe(shape, dtype) if kernel.describe else None)
         # Kernels that choose a launch plan per shape return it with their outputs: the note says
         # which one ran (the heuristic's guess is `note`).
@@ -70,4 +78,4 @@ class Triton(Implementation):
                 return None
             return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
 
-        return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen)
+        return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen, train_fn=kernel.autograd)

@@ -27,17 +27,20 @@ class TritonKernel:
     describe_plan: Callable[[object, str], str] | None = None
     # (*inputs) -> (outputs, the launch plan they ran with): kernels that choose a plan per shape
     run: Callable[..., tuple] | None = None
+    # The same function through a torch.autograd.Function whose backward runs our backward
+    # kernels; None: the kernel is measured forward only (no bwd or fwd_bwd cells are planned).
+    autograd: Callable | None = None
 
 
 KERNELS: dict[str, TritonKernel] = {}
 
 
 def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None,
-                  run=None):
+                  run=None, autograd=None):
     """Decorator: register `fn` as fusebench's Triton implementation of `case`."""
 
     def wrap(fn: Callable) -> Callable:
-        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan, run)
+        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan, run, autograd)
         return fn
 
     return wrap

@@ -27,6 +27,8 @@ COLUMNS: dict[str, str] = {
     "requested_dtype": "The dtype asked for; differs from dtype where it was substituted (half precision "
                        "on the CPU runs as fp32).",
     "device": "cpu or cuda.",
+    "mode": "What the cell timed: fwd (the forward), bwd (the backward alone, its forward run outside the "
+            "timed call) or fwd_bwd (both); min_bytes, flops and gbps are that mode's.",
     "status": "ok, mismatch (wrong answer), error, oom, timeout, crashed (worker died), skipped (cannot fit), "
               "unsupported (applies but cannot run here).",
     "reason": "Why the cell is not ok: the error, or why it is unsupported or skipped.",

@@ -64,6 +64,11 @@ class CompareResult:
 def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, baseline: str = "eager") -> CompareResult:
     """Write the comparison page of run B against run A (the two may share one store)."""
     info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
+    from fusebench.runner.modes import mode_of_run
+
+    mode_a, mode_b = mode_of_run(info_a), mode_of_run(info_b)
+    if mode_a != mode_b:  # a backward's time is no regression of a forward's
+        raise ValueError(f"run {run_a} measured {mode_a} and run {run_b} {mode_b}: only runs of one mode compare")
     both, layouts = place(pd.concat([store_a.cells(run_a).assign(side="A"),
                                      store_b.cells(run_b).assign(side="B")], ignore_index=True))
     keys = {side: set(map(tuple, both.loc[both["side"] == side, KEY].values)) for side in ("A", "B")}

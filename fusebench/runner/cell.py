@@ -6,6 +6,7 @@ Nothing here writes to the store: the result is a plain dict, so a worker proces
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import time
@@ -17,6 +18,7 @@ from fusebench.impls import get_impl
 from fusebench.measure.accuracy import compare
 from fusebench.measure.timing import TimingSettings, time_call, wall_time, warm_call
 from fusebench.metrics import MetricContext, get_metric
+from fusebench.runner.modes import ModeCall, applies_in, case_in_mode, retained_graph_context
 from fusebench.runner.plan import Cell, cpu_dtype
 from fusebench.store import now
 from fusebench.util import first_line
@@ -68,7 +70,7 @@ def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple
     implementation and its inputs), for `fusebench show` to look further."""
     t0 = time.perf_counter()
     row = dict(case_name=cell.case, impl=cell.impl, shape=shape_str(cell.shape), requested_dtype=cell.dtype,
-               dtype=cell.dtype, device=cell.device, started=now(), seeds=0, status="error")
+               dtype=cell.dtype, device=cell.device, mode=cell.mode, started=now(), seeds=0, status="error")
     notes: list[str] = []
     try:
         _measure(cell, timing, seeds, row, notes, metrics, db_path, keep)
@@ -85,7 +87,9 @@ def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple
 
 def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str], metrics=(),
              db_path=None, keep=None) -> None:
-    case, impl = get_case(cell.case), get_impl(cell.impl)
+    # In a training mode the case's byte and FLOP models are the mode's (modes.case_in_mode).
+    mode = cell.mode
+    case, impl = case_in_mode(get_case(cell.case), mode), get_impl(cell.impl)
     dtype, device = DTYPES[cell.dtype], cell.device
     if device == "cpu" and case.default_dtype in (torch.float16, torch.bfloat16):
         dtype, note = cpu_dtype(dtype)
@@ -99,8 +103,8 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         row.update(status="unsupported", reason=f"{case.name} is not defined for {row['dtype']}")
         return
     # The planner never plans a cell that does not apply; `fusebench show` can ask for one.
-    reason = impl.supports(case, shape, dtype, device) if impl.applies(case) else \
-        f"{impl.name} does not apply to {case.name}"
+    reason = impl.supports(case, shape, dtype, device) if applies_in(impl, case, mode) else \
+        f"{impl.name} does not apply to {case.name}" + ("" if mode == "fwd" else f" in {mode} mode")
     if reason:
         row.update(status="unsupported", reason=reason)
         return
@@ -117,27 +121,36 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
     note_at = len(notes) - 1
     atol, rtol = case.tolerance(dtype)
     row.update(atol=atol, rtol=rtol)
+    # What one call is in this mode; a ceiling is timed as it is, with the mode's bytes.
+    ceiling = impl.kind == "ceiling"
+    forward = prepared.fn if ceiling else (prepared.train_fn or prepared.fn)
+    call_of = ModeCall(forward, case, "fwd" if ceiling else mode)
 
-    with prepared.context(), torch.no_grad():
+    with prepared.context(), torch.no_grad(), retained_graph_context(call_of.mode):
         # --- accuracy, several seeds; the first call also compiles / autotunes -----------------
         worst = None
         if prepared.accuracy_available:  # a ceiling, not the case: warm up only, say why unchecked
-            prepared.fn(*case.make_inputs(shape, dtype, device, seeds[0]))
+            call_of(*case.make_inputs(shape, dtype, device, seeds[0]))
             row["na"] = {"accuracy": prepared.accuracy_available}
         for seed in () if prepared.accuracy_available else seeds:
             args = case.make_inputs(shape, dtype, device, seed)
+            # A training mode's reference first: an implementation may write over its inputs
+            # (Liger's cross-entropy stores the gradient in the logits).
+            ref = None if call_of.mode == "fwd" else call_of.reference(args, seed)
             try:
-                out = prepared.fn(*args)
+                out = call_of.checked(args, seed)
             except RuntimeError as exc:
                 if "No available kernel" in str(exc):  # SDPA backend refused these inputs
                     row.update(status="unsupported", reason=first_line(exc))
                     return
                 raise
-            if case.reference_subset is not None:
-                args, out = case.reference_subset(args, out)
-            ref = case.run_reference(args)
-            acc = compare(out, ref, atol, rtol)
-            del out, ref, args
+            if call_of.mode == "fwd":
+                if case.reference_subset is not None:
+                    args, out = case.reference_subset(args, out)
+                acc = compare(out, case.run_reference(args), atol, rtol)
+            else:
+                acc = compare_training(out, ref, (atol, rtol), case.grad_tolerance(dtype), case.grad_inputs)
+            del out, args, ref
             worst = acc if worst is None else worst.worst(acc)
             row["seeds"] += 1
         notes[note_at] = prepared.note_after() or notes[note_at]
@@ -156,9 +169,11 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             row.update(status="ok", na={"time": prepared.timing_available})
             return
         args = case.make_inputs(shape, dtype, device, seeds[0])
-        call = lambda: prepared.fn(*args)  # noqa: E731
-        stats = time_call(call, device, timing, warm=_warm_call(case, prepared, args, shape, dtype, device,
-                                                                 timing, row["min_bytes"]))
+        call_of.prime(args)  # bwd: the forward and its saved tensors, outside the timed call
+        call = lambda: call_of(*args)  # noqa: E731
+        warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
+                          call=ModeCall(forward, case, call_of.mode))
+        stats = time_call(call, device, timing, warm=warm)
         row.update(stats.columns())
         row["wall_time_us"] = wall_time(call, device, stats.reps)
         row.update(prepared.check())  # a recompile during timing fails the cell
@@ -167,16 +182,32 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         if row["flops"]:
             row["tflops"] = row["flops"] / stats.median_us / 1e6
         row["status"] = "ok"
-        ctx = MetricContext(case, impl, prepared, args, shape, dtype, device, row, db_path)
-        _other_metrics(metrics, ctx, row, notes)
+        ctx = MetricContext(case, impl, dataclasses.replace(prepared, fn=call_of), args, shape, dtype, device, row,
+                            db_path)
+        _other_metrics(metrics, ctx, row, notes, mode)
         if keep is not None:
             keep["ctx"] = ctx
 
 
-def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSettings, traffic: int | None):
+def compare_training(out, ref, tol: tuple[float, float], grad_tol: tuple[float, float], grad_inputs):
+    """The worse of the outputs' accuracy and each gradient's, the failing part named."""
+    (outs, grads), (ref_outs, ref_grads) = out, ref
+    worst = compare(outs, ref_outs, *tol)
+    for i, g, r in zip(grad_inputs, grads, ref_grads):
+        acc = compare(g, r, *grad_tol)
+        if not acc.passed or acc.tol_ratio > worst.tol_ratio:
+            acc.detail = f"gradient of input {i}: " + (acc.detail or f"error {acc.tol_ratio:.3g}x the tolerance "
+                                                       f"(atol {grad_tol[0]:g}*max|ref|, rtol {grad_tol[1]:g})")
+        worst = worst.worst(acc)
+    return worst
+
+
+def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSettings, traffic: int | None,
+               call: ModeCall | None = None):
     """The call on a second input set, for time_call to run after each flush (measure.timing), or
     None: on the CPU, without a flush, or above timing.warm_call_max_bytes of traffic (the case's
-    minimum bytes, else its inputs' size)."""
+    minimum bytes, else its inputs' size).  `call`: the mode's call (its own graph in bwd), else
+    prepared.fn."""
     if not device.startswith("cuda") or not timing.flush_l2 or timing.warm_call_max_bytes <= 0:
         return None
     if traffic is None:
@@ -184,14 +215,20 @@ def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSetting
     if traffic > timing.warm_call_max_bytes:
         return None
     other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
+    fn = prepared.fn if call is None else call
+    if call is not None:
+        call.prime(other)
     # Its outputs, freed, are where the timed call's will be allocated.
-    return warm_call(lambda: prepared.fn(*other), args, other, discard=timing.warm_call_discards)
+    return warm_call(lambda: fn(*other), args, other, discard=timing.warm_call_discards)
 
 
-def _other_metrics(names, ctx, row: dict, notes: list[str]) -> None:
+def _other_metrics(names, ctx, row: dict, notes: list[str], mode: str = "fwd") -> None:
     """Run the selected metric families; a family that fails says why instead of failing the cell."""
     na = dict(row.get("na") or {})
     for name in names:
+        if name == "ncu" and mode != "fwd":  # its child process profiles the forward of the cell
+            na[name] = f"Nsight Compute profiles the forward only; not available in {mode} mode"
+            continue
         try:
             result = dict(get_metric(name)(ctx))
         except Exception as exc:

@@ -27,6 +27,7 @@ class Cell:
     shape: tuple
     dtype: str  # requested dtype name (fp32 | fp16 | bf16)
     device: str
+    mode: str = "fwd"  # what is timed: fwd | bwd | fwd_bwd (runner/modes.py); one per run
 
     def key(self) -> tuple:
         return (self.case, self.impl, shape_str(self.shape), self.dtype)
@@ -100,25 +101,40 @@ def select_impls(names: Sequence[str] | None, device: str) -> list:
 
 
 def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: ShapeSpec, dtype: str | None,
-               device: str) -> list[Cell]:
+               device: str, mode: str = "fwd") -> list[Cell]:
     """Validate a request and expand it; raises ValueError / UnknownName with a one-line message.
 
-    An implementation named explicitly that applies to none of the selected cases is bad input."""
+    An implementation named explicitly that applies to none of the selected cases is bad input.
+    In a training mode (bwd, fwd_bwd) only differentiable cases are planned, and only the
+    implementations with a backward for them (modes.applies_in)."""
+    from fusebench.runner.modes import applies_in, check_mode
+
+    mode = check_mode(mode)
     case_objs = [get_case(n) for n in cases] if cases else all_cases()
+    if not cases and device == "cpu":
+        case_objs = [c for c in case_objs if c.cpu_default]
+    if mode != "fwd":
+        if cases:
+            fixed = [c.name for c in case_objs if not c.differentiable]
+            if fixed:
+                raise ValueError(f"{', '.join(fixed)}: no gradients defined, so no {mode} mode (differentiable "
+                                 f"cases: {', '.join(c.name for c in all_cases() if c.differentiable)})")
+        case_objs = [c for c in case_objs if c.differentiable]
     impl_objs = select_impls(impls, device)
     if impls and list(impls) != ["all"]:
         for impl in impl_objs:
-            if not any(impl.applies(c) for c in case_objs):
+            if not any(applies_in(impl, c, mode) for c in case_objs):
                 names = ", ".join(c.name for c in case_objs) if len(case_objs) <= 4 else f"{len(case_objs)} cases"
-                raise ValueError(f"implementation {impl.name!r} does not apply to {names}")
+                what = "" if mode == "fwd" else f" in {mode} mode"
+                raise ValueError(f"implementation {impl.name!r} does not apply to {names}{what}")
     dt = parse_dtype(dtype) if dtype else None
     cells = []
     for case in case_objs:
         want = dt or case.default_dtype
-        mine = [i for i in impl_objs if i.applies(case)]
+        mine = [i for i in impl_objs if applies_in(i, case, mode)]
         for shape in resolve_shapes(case, shapes, device):
             for impl in mine:
-                cells.append(Cell(case.name, impl.name, tuple(shape), DTYPE_NAMES[want], device))
+                cells.append(Cell(case.name, impl.name, tuple(shape), DTYPE_NAMES[want], device, mode))
     return cells
 
 

@@ -226,3 +226,39 @@ def test_xformers_adapter(monkeypatch, causal):
     assert isinstance(calls[0][1], LowerTriangularMask) if causal else calls[0][1] is None
     assert torch.allclose(out, ref, atol=1e-5)
     assert not math.isnan(float(out.sum()))
+
+
+def test_liger_training_adapters(monkeypatch):
+    # rms_norm out of place (the bwd mode reuses the incoming gradient), swiglu and cross-entropy as
+    # the library's functional entry points; each differentiated through the library's autograd
+    calls = []
+
+    def liger_rms_norm(X, W, eps, offset=0.0, casting_mode="llama", in_place=True):
+        calls.append(("rms_norm", X, W, eps, in_place))
+        return torch.nn.functional.rms_norm(X, (X.shape[-1],), W, eps)
+
+    def liger_swiglu(a, b):
+        calls.append(("swiglu", a, b))
+        return torch.nn.functional.silu(a) * b
+
+    def liger_cross_entropy(input, target, *args, **kwargs):
+        calls.append(("cross_entropy", input, target, args, kwargs))
+        return torch.nn.functional.cross_entropy(input, target)
+
+    fake(monkeypatch, "liger_kernel.transformers.functional", liger_rms_norm=liger_rms_norm,
+         liger_swiglu=liger_swiglu, liger_cross_entropy=liger_cross_entropy)
+    liger = get_impl("liger")
+    assert {c for c in ("rmsnorm", "add_rmsnorm", "swiglu", "cross_entropy") if liger.applies(get_case(c))} == \
+        {"rmsnorm", "swiglu", "cross_entropy"}
+    (x, w), _, out, ref = run_adapter("liger", "rmsnorm", (8, 16))
+    assert calls[-1][1:] == (x, w, 1e-6, False) and torch.allclose(out, ref)
+    (a, b), _, out, ref = run_adapter("liger", "swiglu", (8, 16))
+    assert calls[-1][1:] == (a, b) and torch.equal(out, ref)
+    (logits, t), fn, out, ref = run_adapter("liger", "cross_entropy", (8, 16))
+    assert calls[-1][1] is logits and calls[-1][2] is t and not calls[-1][3] and not calls[-1][4]
+    assert torch.equal(out, ref)
+    from fusebench.runner.modes import ModeCall
+
+    leaf = logits.clone().requires_grad_(True)
+    (loss, (grad,)) = ModeCall(fn, get_case("cross_entropy"), "fwd_bwd")(leaf, t)
+    assert grad.shape == logits.shape and calls[-1][1].requires_grad

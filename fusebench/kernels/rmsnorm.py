@@ -1,0 +1,265 @@
+"""RMSNorm and residual-add + RMSNorm: forwards as rowwise.RowOps, and one backward kernel.
+
+Forward: y = x * r * w, r = 1 / sqrt(mean(x^2) + eps), w the per-column weight.  The statistic is
+one sum of squares per row, so every rowwise plan applies (tile, loop, stream, coop).
+
+add_rmsnorm: h = x + residual (rounded to the inputs' dtype, as PyTorch's add is), then
+rmsnorm(h).  Its two inputs are the op's two row inputs; h is written by the tile step, through
+the op's second parameter slot (a pointer to h's contiguous rows), so one read of x and residual
+writes both outputs.  Only tile plans write h, so add_rmsnorm takes tile plans alone: rows up to
+plans.MAX_ONCHIP columns (every hidden size of today's models); longer rows compute h with
+torch.add and normalize it with the rmsnorm op (two passes; the note says so).
+
+Backward (one kernel for both): with x-hat = x * r and g = dy * w,
+    dx = r * (g - x-hat * mean(g * x-hat))   (+ dh, the gradient flowing into add_rmsnorm's h)
+    dw = sum over rows of dy * x-hat
+r is recomputed from the row held on chip (nothing but the input is saved).  Each program takes
+a contiguous block of rows and keeps its partial dw in registers; the partials ([programs, N],
+fp32) are summed by torch afterwards, as Liger-Kernel's RMSNorm backward does.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import plans, rowwise, tuning
+from fusebench.kernels.device import num_sms
+from fusebench.kernels.exchange import column
+from fusebench.kernels.norms import _x0
+from fusebench.kernels.registry import triton_kernel
+from fusebench.kernels.rowwise import RowOp, load_at, tile_ptrs
+from fusebench.kernels.softmax import _lanes_init, lanes_total, no_shift
+
+RMSNORM_EPS = 1e-6
+
+# ----------------------------------------------------------------------------------------------
+# steps shared by the two forwards
+
+
+@triton.jit
+def _weight(prm, cols, mask):
+    return (load_at(prm[0] + cols, mask, 0.0, ""),)
+
+
+@triton.jit
+def _sq_acc(chunk, state, ok, k):
+    # per-lane sums of x^2 (padding loads as 0)
+    x = chunk[0].to(tl.float32)
+    return (state[0] + x * x,)
+
+
+@triton.jit
+def _rstd(stats, N, eps, k):
+    return (1.0 / tl.sqrt(stats[0] / N + eps),)
+
+
+@triton.jit
+def _apply(chunk, p, consts):
+    return chunk[0].to(tl.float32) * consts[0] * p[0].to(tl.float32)
+
+
+@triton.jit
+def _normalize_rows(x, prm, c, N, eps):
+    # rows x ([BLOCK_M, BLOCK_N], fp32, padding 0) normalized and scaled by the weight
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / N + eps)
+    w = tl.load(prm[0] + c, mask=c < N, other=0.0).to(tl.float32)
+    return x * rstd[:, None] * w[None, :]
+
+
+@triton.jit
+def _rms_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=0.0).to(tl.float32)
+    return _normalize_rows(x, prm, c, N, eps)
+
+
+@triton.jit
+def _sq_coop_stats(chunk, ok, k):
+    x = chunk[0].to(tl.float32)
+    return chunk, 0.0, tl.where(tl.arange(0, 2) == 0, tl.sum(x * x, 0), 0.0)
+
+
+@triton.jit
+def _sq_coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
+    return _rstd((tl.sum(column(parts, 0), 0),), N, eps, k)
+
+
+RMSNORM = RowOp("rmsnorm", load=_x0, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
+                total=lanes_total, merge=_rstd, apply=_apply, tile=_rms_tile, coop_stats=_sq_coop_stats,
+                coop_merge=_sq_coop_merge, coop_apply=_apply, n_params=2, eps=RMSNORM_EPS)
+
+
+# ----------------------------------------------------------------------------------------------
+# add_rmsnorm: inputs (x, residual), parameters (weight, h's rows)
+
+
+@triton.jit
+def _sum_rows(src, row, cols, mask, POLICY: tl.constexpr, F32: tl.constexpr):
+    x = load_at(src[0] + row * src[2] + cols * src[3], mask, 0.0, POLICY)
+    res = load_at(src[1] + row * src[4] + cols * src[5], mask, 0.0, POLICY)
+    h = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+    return (h.to(tl.float32),) if F32 else (h,)
+
+
+@triton.jit
+def _add_rms_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=0.0)
+    res = tl.load(tile_ptrs(src[1], row0, r, c, src[4], src[5]), mask=mask, other=0.0)
+    h = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
+    # h's rows are contiguous (row stride N): written here, beside the normalized output
+    tl.store(tile_ptrs(prm[1], row0, r, c, N, 1), h, mask=mask)
+    return _normalize_rows(h.to(tl.float32), prm, c, N, eps)
+
+
+ADD_RMSNORM = RowOp("add_rmsnorm", load=_sum_rows, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
+                    total=lanes_total, merge=_rstd, apply=_apply, tile=_add_rms_tile, coop_stats=_sq_coop_stats,
+                    coop_merge=_sq_coop_merge, coop_apply=_apply, inputs=2, n_params=2, eps=RMSNORM_EPS)
+
+_SOURCE = functools.partial(tuning.source_hash, __name__, "fusebench.kernels.norms", "fusebench.kernels.softmax",
+                            *rowwise.SOURCE_MODULES)
+
+
+def rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+    """The tuner's candidates for rmsnorm, the heuristic's choice first."""
+    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+
+
+def add_rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+    """Tile plans only: the tile step is the one that writes h."""
+    return [p for p in plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, row_inputs=2)
+            if p.mode == "tile"]
+
+
+def _weight_of(x, weight):
+    if weight.shape != (x.shape[1],):
+        raise ValueError(f"weight must have shape ({x.shape[1]},), not {tuple(weight.shape)}")
+    return weight.contiguous()
+
+
+def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+    """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with)."""
+    x = plans.as_2d_strided(x)
+    w = _weight_of(x, weight)
+    cands = functools.partial(rmsnorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    return rowwise.run(RMSNORM, (x,), (w, w), cands, plan, _SOURCE())
+
+
+def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+    """((h, rmsnorm(h)), the plan) with h = x + residual; one pass where the rows fit on chip."""
+    x, residual = plans.as_2d_strided(x), plans.as_2d_strided(residual)
+    if x.shape != residual.shape or x.dtype != residual.dtype:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} differ")
+    w = _weight_of(x, weight)
+    M, N = x.shape
+    if plan is not None and plan.mode != "tile":
+        raise ValueError(f"add_rmsnorm runs tile plans only, not {plan.mode}")
+    if N > max_onchip:  # rows too long for one program: the sum, then the norm
+        h = torch.add(x, residual)
+        y, ran = rmsnorm_run(h, w, plan, max_onchip)
+        return (h, y), ran
+    h = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    cands = functools.partial(add_rmsnorm_plans, M, N, x.device, max_onchip=max_onchip, elem_size=x.element_size())
+    y, ran = rowwise.run(ADD_RMSNORM, (x, residual), (w, h), cands, plan, _SOURCE())
+    return (h, y), ran
+
+
+def describe_add_rmsnorm(shape, dtype) -> str:
+    if shape[1] > plans.MAX_ONCHIP:
+        return "rows past 16384 columns: torch.add, then the rmsnorm kernel (two passes)"
+    return rowwise.describe(shape, dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+
+
+@triton.jit
+def _rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, M, N, stride_dy, stride_x, stride_dh,
+                        stride_dx, eps, rows_per_program, HAS_DH: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < N
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], tl.float32)
+    first = pid * rows_per_program
+    for i in range(0, rows_per_program):
+        row = (first + i).to(tl.int64)
+        # rows past M load nothing and store nothing (the mask folds the row bound in)
+        mask = cols < tl.where(row < M, N, 0)
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, 0) / N + eps)
+        xhat = x * rstd
+        g = dy * w
+        dx = rstd * (g - xhat * (tl.sum(g * xhat, 0) / N))
+        if HAS_DH:
+            dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+    tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
+
+
+def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None):
+    """(dx, dw) of y = rmsnorm(x) * weight given dy; with dh, dx also carries it (add_rmsnorm's
+    gradient of h, which flows to x and residual alike)."""
+    dy, x = dy.contiguous(), x.contiguous()
+    M, N = x.shape
+    dx = torch.empty_like(x)
+    if programs is None:
+        programs = 4 * num_sms(x.device) if x.is_cuda else 4
+    programs = max(1, min(programs, M))
+    dw_parts = torch.zeros((programs, N), dtype=torch.float32, device=x.device)
+    if M and N:
+        dh_ = dh.contiguous() if dh is not None else dy
+        block_n = triton.next_power_of_2(N)
+        _rmsnorm_bwd_kernel[(programs,)](dy, x, weight.contiguous(), dh_, dx, dw_parts, M, N, dy.stride(0),
+                                         x.stride(0), dh_.stride(0), dx.stride(0), RMSNORM_EPS,
+                                         triton.cdiv(M, programs), HAS_DH=dh is not None, BLOCK_N=block_n,
+                                         num_warps=plans.num_warps_for(block_n, per_thread=8, lo=4, hi=32))
+    return dx, dw_parts.sum(0).to(weight.dtype)
+
+
+class RMSNorm(torch.autograd.Function):
+    """rmsnorm_run forward, rmsnorm_backward backward; saves x and the weight only."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return rmsnorm_run(x, weight)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        return rmsnorm_backward(dy, x, weight)
+
+
+class AddRMSNorm(torch.autograd.Function):
+    """add_rmsnorm_run forward; the backward gives x and residual the same gradient tensor."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight):
+        (h, y), _ = add_rmsnorm_run(x, residual, weight)
+        ctx.save_for_backward(h, weight)
+        return h, y
+
+    @staticmethod
+    def backward(ctx, dh, dy):
+        h, weight = ctx.saved_tensors
+        dx, dw = rmsnorm_backward(dy, h, weight, dh)
+        return dx, dx, dw
+
+
+def rmsnorm_impl(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+    return rmsnorm_run(x, weight, plan, max_onchip)[0]
+
+
+def add_rmsnorm_impl(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+    return add_rmsnorm_run(x, residual, weight, plan, max_onchip)[0]
+
+
+triton_kernel("rmsnorm", describe=rowwise.describe, run=rmsnorm_run,
+              autograd=lambda x, weight: RMSNorm.apply(x, weight))(rmsnorm_impl)
+triton_kernel("add_rmsnorm", describe=describe_add_rmsnorm, run=add_rmsnorm_run,
+              autograd=lambda x, residual, weight: AddRMSNorm.apply(x, residual, weight))(add_rmsnorm_impl)

@@ -1,0 +1,140 @@
+"""Our training kernels (rmsnorm, add_rmsnorm, swiglu, cross_entropy), forward and backward, under
+Triton's interpreter on odd shapes, against float64 PyTorch."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fusebench.kernels import plans
+from fusebench.kernels import cross_entropy as kce
+from fusebench.kernels import rmsnorm as krms
+from fusebench.kernels import swiglu as ksw
+from fusebench.measure.timing import TimingSettings
+from fusebench.runner.cell import measure_cell
+from fusebench.runner.plan import Cell, plan_cells
+
+FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3)
+ODD = [(5, 37), (33, 300)]
+
+
+def _close(got, want, tol=2e-5):
+    err = (got.double() - want).abs().max().item()
+    assert err <= tol * max(1.0, want.abs().max().item()), err
+
+
+def _grads(fn, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.autograd.backward(outs, dy)
+    return outs, [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("shape", ODD)
+def test_rmsnorm_forward_and_backward(shape):
+    M, N = shape
+    g = torch.Generator().manual_seed(M)
+    x, w, dy = torch.randn(M, N, generator=g), torch.randn(N, generator=g), torch.randn(M, N, generator=g)
+    (y,), (dx, dw) = _grads(krms.RMSNorm.apply, (x, w), (dy,))
+    (yr,), (dxr, dwr) = _grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
+                               (dy.double(),))
+    _close(y, yr)
+    _close(dx, dxr)
+    _close(dw, dwr)
+
+
+@pytest.mark.parametrize("plan", [plans.loop_plan(64, 4), plans.loop_plan(128, 4, grid=3)])
+def test_rmsnorm_looped_rows(plan):
+    x, w = torch.randn(7, 301), torch.randn(301)
+    _close(krms.rmsnorm_impl(x, w, plan=plan), F.rms_norm(x.double(), (301,), w.double(), krms.RMSNORM_EPS))
+
+
+def test_rmsnorm_backward_partials_over_several_programs():
+    x, w, dy = torch.randn(29, 50), torch.randn(50), torch.randn(29, 50)
+    dx1, dw1 = krms.rmsnorm_backward(dy, x, w, programs=1)
+    dx7, dw7 = krms.rmsnorm_backward(dy, x, w, programs=7)  # rows past M in the last program
+    torch.testing.assert_close(dx1, dx7)
+    torch.testing.assert_close(dw1, dw7, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("max_onchip", [plans.MAX_ONCHIP, 64])  # one pass, and the long-row path
+@pytest.mark.parametrize("shape", ODD)
+def test_add_rmsnorm_forward_and_backward(shape, max_onchip):
+    M, N = shape
+    g = torch.Generator().manual_seed(N)
+    x, r, w = torch.randn(M, N, generator=g), torch.randn(M, N, generator=g), torch.randn(N, generator=g)
+    dh, dy = torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
+    h, y = krms.add_rmsnorm_impl(x, r, w, max_onchip=max_onchip)
+    ref_h = x.double() + r.double()
+    _close(h, ref_h)
+    _close(y, F.rms_norm(ref_h, (N,), w.double(), krms.RMSNORM_EPS))
+    _, (dx, dr, dw) = _grads(krms.AddRMSNorm.apply, (x, r, w), (dh, dy))
+    ref = lambda a, b, c: (a + b, F.rms_norm(a + b, (N,), c, krms.RMSNORM_EPS))  # noqa: E731
+    _, (dxr, drr, dwr) = _grads(ref, (x.double(), r.double(), w.double()), (dh.double(), dy.double()))
+    _close(dx, dxr)
+    _close(dr, drr)
+    _close(dw, dwr)
+
+
+def test_add_rmsnorm_refuses_a_plan_that_cannot_write_the_sum():
+    with pytest.raises(ValueError, match="tile plans only"):
+        krms.add_rmsnorm_impl(torch.randn(4, 8), torch.randn(4, 8), torch.randn(8), plan=plans.loop_plan(64, 4))
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (17, 999)])
+def test_swiglu_forward_and_backward(shape):
+    g = torch.Generator().manual_seed(1)
+    a, b, dy = (torch.randn(shape, generator=g) * 3 for _ in range(3))
+    (y,), (da, db) = _grads(ksw.SwiGLU.apply, (a, b), (dy,))
+    (yr,), (dar, dbr) = _grads(lambda p, q: F.silu(p) * q, (a.double(), b.double()), (dy.double(),))
+    _close(y, yr)
+    _close(da, dar)
+    _close(db, dbr)
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (5, 5003)])  # one chunk; two chunks, the second ragged
+def test_cross_entropy_loss_and_gradient(shape):
+    M, V = shape
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(M, V, generator=g) * 4
+    targets = torch.randint(0, V, (M,), generator=g)
+    targets[0] = V - 1  # the last column, in the ragged chunk
+    dloss = torch.tensor(0.7)
+    leaf = logits.clone().requires_grad_(True)
+    loss = kce.CrossEntropy.apply(leaf, targets)
+    loss.backward(dloss)
+    ref_leaf = logits.double().requires_grad_(True)
+    ref = F.cross_entropy(ref_leaf, targets)
+    ref.backward(dloss.double())
+    _close(loss, ref)
+    _close(leaf.grad, ref_leaf.grad)
+    # without a gradient wanted, the forward writes none
+    loss2, grad2 = kce.cross_entropy_forward(logits, targets)
+    assert grad2 is None and torch.equal(loss2, loss.detach())
+
+
+def test_cross_entropy_backward_can_run_twice_on_one_graph():
+    logits = torch.randn(4, 33).requires_grad_(True)
+    loss = kce.CrossEntropy.apply(logits, torch.tensor([0, 32, 5, 7]))
+    g1 = torch.autograd.grad(loss, logits, torch.tensor(2.0), retain_graph=True)[0]
+    g2 = torch.autograd.grad(loss, logits, torch.tensor(2.0))[0]
+    torch.testing.assert_close(g1, g2)
+
+
+@pytest.mark.parametrize("case", ["rmsnorm", "add_rmsnorm", "swiglu", "cross_entropy"])
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
+def test_triton_cells_in_every_mode(case, mode):
+    shape = {"swiglu": (9, 33), "cross_entropy": (6, 301)}.get(case, (9, 40))
+    row = measure_cell(Cell(case, "triton", shape, "fp32", "cpu", mode), FAST)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["seeds"] == 3 and row["tol_ratio"] <= 1
+    assert row["na"]["time"] == "Triton interpreter: correctness only"
+
+
+def test_triton_is_planned_in_training_modes_only_with_a_backward(monkeypatch):
+    from fusebench.kernels.registry import KERNELS
+
+    assert {c.case for c in plan_cells(["swiglu", "rmsnorm"], ["triton"], "quick", None, "cpu", "bwd")} == \
+        {"swiglu", "rmsnorm"}
+    monkeypatch.setattr(KERNELS["swiglu"], "autograd", None)  # a forward-only kernel
+    assert {c.case for c in plan_cells(["swiglu", "rmsnorm"], ["triton"], "quick", None, "cpu", "bwd")} == {"rmsnorm"}
+    assert {c.case for c in plan_cells(["swiglu"], ["triton"], "quick", None, "cpu", "fwd")} == {"swiglu"}
