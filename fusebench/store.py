@@ -50,6 +50,7 @@ RUN_COLUMNS = {
     "platform": "TEXT",
     "clocks": "TEXT",  # JSON: SM/memory clocks read at the start
     "peers": "TEXT",  # JSON: {peer library: installed version or null}
+    "kernel_settings": "TEXT",  # JSON: what decides fusebench's kernels' choices (tuning.record)
     "timing": "TEXT",  # JSON: timing settings
     "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, plugins with sha256, ...)
     # The process measuring the run, and when it last said so (unix seconds): --resume refuses a
