@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Hashable, Sequence, TypeVar
@@ -204,12 +205,14 @@ class Tuner:
         if cached is not None:
             self.choices[key] = cached
             return cached
+        started = time.perf_counter()
         failed: dict[int, BaseException] = {}
         threads = settings.current().compile_threads
         if compile_first and threads > 1:
             failed = compile_all(candidates, launch, operands, device, threads)
             if first_must_work and 0 in failed:
                 raise failed[0]
+        compiled = time.perf_counter()
         shadow = shadow_operands(operands) if warm_calls else None
         best, best_ms, errors, timings = None, float("inf"), [], []
         for i, cand in enumerate(candidates):
@@ -245,7 +248,9 @@ class Tuner:
             with open(log_path, "a") as f:
                 f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
                     f"    failed: {e}\n" for e in errors) + "".join(
-                    f"    final {ms:9.4f} ms  {c}\n" for c, ms in final) + f"    kept {best}\n")
+                    f"    final {ms:9.4f} ms  {c}\n" for c, ms in final) + f"    kept {best}\n"
+                    f"    seconds {time.perf_counter() - started:.3f} (compiling together "
+                    f"{compiled - started:.3f}, {threads if compile_first and threads > 1 else 0} threads)\n")
         return best
 
     def _time(self, fn, device, warm) -> float:
@@ -384,7 +389,13 @@ def compile_configs_together(tuner):
         if pending:
             todo = list(pending)
             pending.clear()
-            compile_configs(fn, args, meta, todo, settings.current().compile_threads)
+            started, threads = time.perf_counter(), settings.current().compile_threads
+            compile_configs(fn, args, meta, todo, threads)
+            log_path = settings.current().autotune_log
+            if log_path:
+                with open(log_path, "a") as f:
+                    f.write(f"triton.autotune {getattr(fn, '__name__', fn)}: {len(todo)} configs compiled together "
+                            f"in {time.perf_counter() - started:.3f} s ({threads} threads)\n")
         return bench(*args, config=config, **meta)
 
     tuner.prune_configs, tuner._bench = prune_configs, _bench
