@@ -300,12 +300,16 @@ def _corrupt(src, dst):
 def stores(tmp_path, stored_run):
     """A good store and hostile ones beside it, each in its own directory."""
     made = {}
-    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other"):
+    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other", "mistyped"):
         d = tmp_path / name
         d.mkdir()
         made[name] = str(d / "fb.db")
-    for name in ("good", "immutable", "other"):
+    for name in ("good", "immutable", "other", "mistyped"):
         shutil.copy(stored_run, made[name])
+    con = sqlite3.connect(made["mistyped"])  # text where numbers belong (SQLite keeps it)
+    with con:
+        con.execute("UPDATE cells SET time_us='fast', wall_time_us='[bold]x' WHERE id=1")
+    con.close()
     _corrupt(stored_run, made["corrupt"])
     data = open(stored_run, "rb").read()
     open(made["truncated"], "wb").write(data[:len(data) // 3 + 100])
@@ -331,6 +335,9 @@ BAD_INPUTS = (
     # every command on every hostile store
     [(kind, args) for kind in ("corrupt", "truncated", "empty", "garbage") for args in READERS]
     + [(kind, RUN) for kind in ("corrupt", "truncated", "garbage")]  # `run` may initialise an empty file
+    # the commands that read cells, on a store with text in numeric columns
+    + [("mistyped", args) for args in READERS if args[0] in ("results", "report", "compare")]
+    + [("mistyped", ("results", "--format", "json", "--db", "{db}"))]
     + [("immutable", RUN), ("immutable", ("merge", "{good}", "--db", "{db}"))]
     + [("good", ("merge", "{empty}", "--db", "{db}")), ("good", ("merge", "{corrupt}", "--db", "{db}"))]
     # bad requests against a good store
