@@ -327,7 +327,8 @@ def stores(tmp_path, stored_run):
 
 
 READERS = [("results", "--db", "{db}"), ("runs", "--db", "{db}"), ("report", "--db", "{db}", "-o", "{out}/r.html"),
-           ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html"), ("merge", "{db}", "--db", "{out}/m.db")]
+           ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html"), ("merge", "{db}", "--db", "{out}/m.db"),
+           ("overhead", "{db}")]
 RUN = ("run", "marked", "--plugin", fault("marks_import.py"), "--impl", "eager", "--no-isolate", "--metrics", "none",
        "--db", "{db}")
 
@@ -336,7 +337,7 @@ BAD_INPUTS = (
     [(kind, args) for kind in ("corrupt", "truncated", "empty", "garbage") for args in READERS]
     + [(kind, RUN) for kind in ("corrupt", "truncated", "garbage")]  # `run` may initialise an empty file
     # the commands that read cells, on a store with text in numeric columns
-    + [("mistyped", args) for args in READERS if args[0] in ("results", "report", "compare")]
+    + [("mistyped", args) for args in READERS if args[0] in ("results", "report", "compare", "overhead")]
     + [("mistyped", ("results", "--format", "json", "--db", "{db}"))]
     + [("immutable", RUN), ("immutable", ("merge", "{good}", "--db", "{db}"))]
     + [("good", ("merge", "{empty}", "--db", "{db}")), ("good", ("merge", "{corrupt}", "--db", "{db}"))]
@@ -358,6 +359,8 @@ BAD_INPUTS = (
        ("good", ("run", "softmax", "--db", "{out}")),  # a directory
        ("good", ("run", "softmax", "--db", "/dev/null")),
        ("good", ("results", "--run", "99", "--db", "{db}")),
+       ("good", ("overhead", "{db}", "--run", "99")),
+       ("good", ("overhead", "{db}", "--db", "{corrupt}")),
        ("good", ("merge", "{db}", "--db", "{db}"))]
 )
 
