@@ -342,3 +342,58 @@ def test_kernel_settings_recorded_with_the_run(monkeypatch):
         monkeypatch.delenv("FUSEBENCH_GEMM_IMPL")
         settings.refresh()
     assert rec["gemm_impl"] == "tma" and rec["budget_ms"] == tuning.BUDGET_MS and rec["autotune"] is True
+
+
+def test_compile_configs_warms_every_config_up_on_the_callers_device(monkeypatch):
+    # each config is compiled (warmup: no launch) on a pool thread that selects the caller's device
+    import contextlib
+    import threading
+
+    import triton
+
+    selected = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: (selected.append(d), contextlib.nullcontext())[1])
+    monkeypatch.setattr(tuning.dev, "is_interpreter", lambda: False)
+    warmed = []
+
+    class Jit:
+        device_caches = {}
+
+        def warmup(self, *args, grid, **kwargs):
+            warmed.append((args, kwargs, threading.current_thread().name))
+            if kwargs["BLOCK"] == 64:
+                raise RuntimeError("PTXASError")  # left for the autotuner, which skips the config
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (32, 64, 128)]
+    tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=3)
+    assert sorted(k["BLOCK"] for _, k, _ in warmed) == [32, 64, 128] and selected == [3, 3, 3]
+    assert all(a == ("x",) and k["N"] == 5 and k["num_warps"] == 4 for a, k, _ in warmed)
+    assert all(t.startswith("fusebench-compile") for *_, t in warmed)
+    warmed.clear()
+    tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=1)  # one thread: nothing ahead of timing
+    assert warmed == []
+
+
+@gpu
+def test_gpu_plans_compiled_together_compute_the_same(monkeypatch, tmp_path):
+    # the compile pass launches every plan from pool threads on the caller's device and stream;
+    # the chosen plan's output is right and the log says the pass ran
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "4")
+    settings.refresh()
+    try:
+        monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=False)))
+        x = torch.randn(11, 3000, device="cuda") - 3  # a shape no other test tunes
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            y = kpw.pointwise_chain_impl(x)
+        side.synchronize()
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        monkeypatch.delenv("FUSEBENCH_AUTOTUNE_LOG")
+        settings.refresh()
+    torch.testing.assert_close(y, get_case("pointwise_chain").fn(x))
+    assert "4 threads)" in log.read_text()
