@@ -388,6 +388,7 @@ def test_gpu_plans_compiled_together_compute_the_same(monkeypatch, tmp_path):
         monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=False)))
         x = torch.randn(11, 3000, device="cuda") - 3  # a shape no other test tunes
         side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             y = kpw.pointwise_chain_impl(x)
         side.synchronize()
