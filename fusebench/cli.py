@@ -292,6 +292,51 @@ def results(
 
 @app.command()
 @bad_input_is_exit_2
+def overhead(
+    store: Optional[str] = typer.Argument(None, metavar="STORE", help="Results database (default ./fusebench.db "
+                                          "or $FUSEBENCH_DB)."),
+    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    db: Optional[str] = typer.Option(None, help="Results database (the same as STORE)."),
+    fail_: bool = typer.Option(False, "--fail", help="Exit 1 if triton misses the rule at any cell."),
+):
+    """Host overhead per kernel: GPU time, wall time per call back to back, and their difference.
+
+    Whether triton meets wall_time <= max(1.1x its GPU time, eager's wall time), per cell; --fail: exit 1 on a miss."""
+    from fusebench.report.overhead import fmt_us, overhead_rows, summary_line, verdicts
+    from fusebench.store import Store, default_db_path
+
+    if store and db and store != db:
+        fail(f"two stores given ({store} and --db {db}): give one")
+    with Store.open(store or db or default_db_path(), create=False) as st:  # read-only
+        rid = run_id if run_id is not None else st.latest_run()
+        rows = overhead_rows(st.cells(rid))
+    found = verdicts(rows)
+    rule = {(v.case, v.shape, v.dtype): v for v in found}
+    on_gpu = (rows["device"] == "cuda").any() or rows.empty
+    gpu = "GPU time" if on_gpu else "time (host: a CPU run)"
+    t = Table(title=f"host overhead per call, run {rid} ({gpu}: the call's {'GPU ' if on_gpu else ''}work; wall "
+                    f"time: per call, back to back, as a Python caller pays it)", title_justify="left")
+    for col, just in (("case", "left"), ("shape", "left"), ("dtype", "left"), ("impl", "left"), (gpu, "right"),
+                      ("wall time", "right"), ("host overhead", "right"), ("triton's rule", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    for r in rows.itertuples(index=False):
+        verdict = rule.get((r.case_name, r.shape, r.dtype)) if r.impl == "triton" else None
+        rule_text = as_text(verdict.text()) if verdict else ""
+        if verdict is not None and verdict.meets is False:
+            rule_text = f"[red]{rule_text}[/]"
+        if r.why:
+            times = (as_text(f"not available: {r.why}"), "", "")
+        else:
+            times = (fmt_us(r.time_us), fmt_us(r.wall_time_us), fmt_us(r.overhead_us))
+        t.add_row(as_text(r.case_name), as_text(r.shape), as_text(r.dtype), as_text(r.impl), *times, rule_text)
+    out.print(t)
+    out.print(plain(summary_line(found)), markup=False, highlight=False, soft_wrap=True)
+    if fail_ and any(v.meets is False for v in found):
+        raise typer.Exit(1)
+
+
+@app.command()
+@bad_input_is_exit_2
 def report(
     run_id: Optional[str] = typer.Option(None, "--run", help="Run ID (default: the latest); several, e.g. 2,3 "
                                          "or 2-11, make one report of runs from one device and software."),

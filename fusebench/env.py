@@ -50,6 +50,15 @@ def peer_versions() -> str:
     return json.dumps(versions(), sort_keys=True)
 
 
+def kernel_settings() -> str | None:
+    """JSON of the settings and tuner parameters that decide fusebench's kernels' choices."""
+    try:
+        from fusebench.kernels.tuning import record
+    except ImportError:  # no Triton: none of fusebench's kernels runs
+        return None
+    return json.dumps(record(), sort_keys=True)
+
+
 def collect(device: str) -> dict:
     try:
         import triton
@@ -68,6 +77,7 @@ def collect(device: str) -> dict:
         "platform": platform.platform(),
         "device": "cuda" if device.startswith("cuda") else "cpu",
         "peers": peer_versions(),
+        "kernel_settings": kernel_settings(),
     }
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)

@@ -2,6 +2,8 @@
 
     FUSEBENCH_AUTOTUNE=0        use each kernel's heuristic plan, never time candidates
     FUSEBENCH_AUTOTUNE_LOG=F    append each tuning decision, with every candidate's time, to F
+    FUSEBENCH_COMPILE_THREADS=N compile a tuning's candidates N at a time (default: up to 8, one per
+                                core); 1 compiles each when it is first timed
     FUSEBENCH_COOP=0            no cooperative (multi-program-per-row) plans
     FUSEBENCH_TUNING_CACHE=0    neither read nor write the on-disk cache of tuning choices
     FUSEBENCH_CACHE_DIR=D       where that cache lives (default ~/.cache/fusebench; choices in D/tuning)
@@ -24,11 +26,21 @@ def _flag(name: str, default: str = "1") -> bool:
     return os.environ.get(name, default) not in ("", "0")
 
 
+def _count(name: str, default: int) -> int:
+    """A positive integer variable; unset, empty or not a positive integer: `default`."""
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value >= 1 else default
+
+
 @dataclass(frozen=True)
 class Settings:
     interpret: bool
     autotune: bool
     autotune_log: str | None
+    compile_threads: int
     coop: bool
     tuning_cache: bool
     cache_dir: Path
@@ -49,6 +61,7 @@ class Settings:
             interpret=_flag("TRITON_INTERPRET", "0"),
             autotune=_flag("FUSEBENCH_AUTOTUNE"),
             autotune_log=env.get("FUSEBENCH_AUTOTUNE_LOG") or None,
+            compile_threads=_count("FUSEBENCH_COMPILE_THREADS", min(8, os.cpu_count() or 1)),
             coop=_flag("FUSEBENCH_COOP"),
             tuning_cache=_flag("FUSEBENCH_TUNING_CACHE"),
             cache_dir=Path(env.get("FUSEBENCH_CACHE_DIR") or Path.home() / ".cache" / "fusebench"),

@@ -50,6 +50,7 @@ RUN_COLUMNS = {
     "platform": "TEXT",
     "clocks": "TEXT",  # JSON: SM/memory clocks read at the start
     "peers": "TEXT",  # JSON: {peer library: installed version or null}
+    "kernel_settings": "TEXT",  # JSON: what decides fusebench's kernels' choices (tuning.record)
     "timing": "TEXT",  # JSON: timing settings
     "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, plugins with sha256, ...)
     # The process measuring the run, and when it last said so (unix seconds): --resume refuses a
@@ -439,7 +440,27 @@ class Store:
         if run_id is None:
             run_id = self.latest_run()
         self.run_info(run_id)  # raises if absent
+        self._check_numbers(run_id)
         return pd.read_sql_query("SELECT * FROM cells WHERE run_id=? ORDER BY id", self.con, params=(run_id,))
+
+    def _check_numbers(self, run_id: int) -> None:
+        """Raise StoreError where a numeric column of the run's cells holds anything but a number or
+        NULL (SQLite keeps text in a REAL column): fusebench never writes one, and every reader
+        would otherwise compute with it."""
+        numeric = [c for c, sql in CELL_COLUMNS.items() if sql.split()[0] in ("REAL", "INTEGER") and c != "id"]
+        have = {r[1] for r in self.con.execute("PRAGMA table_info(cells)")}
+        numeric = [c for c in numeric if c in have]
+        if not numeric:
+            return
+        wrong = " OR ".join(f"typeof({c}) NOT IN ('integer', 'real', 'null')" for c in numeric)
+        row = self.con.execute(f"SELECT id, {', '.join(numeric)} FROM cells WHERE run_id=? AND ({wrong}) LIMIT 1",
+                               (run_id,)).fetchone()
+        if row is None:
+            return
+        col, value = next((c, v) for c, v in zip(numeric, row[1:]) if v is not None and
+                          (isinstance(v, (str, bytes)) or not isinstance(v, (int, float))))
+        raise StoreError(f"cell {row[0]} of run {run_id} in {self.path} holds {str(value)[:40]!r} in {col}, "
+                         f"a numeric column: not a value fusebench writes")
 
     # -- merging -----------------------------------------------------------------------------------
     def merge_from(self, other: "Store") -> dict[int, int]:

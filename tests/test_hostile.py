@@ -300,12 +300,16 @@ def _corrupt(src, dst):
 def stores(tmp_path, stored_run):
     """A good store and hostile ones beside it, each in its own directory."""
     made = {}
-    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other"):
+    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other", "mistyped"):
         d = tmp_path / name
         d.mkdir()
         made[name] = str(d / "fb.db")
-    for name in ("good", "immutable", "other"):
+    for name in ("good", "immutable", "other", "mistyped"):
         shutil.copy(stored_run, made[name])
+    con = sqlite3.connect(made["mistyped"])  # text where numbers belong (SQLite keeps it)
+    with con:
+        con.execute("UPDATE cells SET time_us='fast', wall_time_us='[bold]x' WHERE id=1")
+    con.close()
     _corrupt(stored_run, made["corrupt"])
     data = open(stored_run, "rb").read()
     open(made["truncated"], "wb").write(data[:len(data) // 3 + 100])
@@ -323,7 +327,8 @@ def stores(tmp_path, stored_run):
 
 
 READERS = [("results", "--db", "{db}"), ("runs", "--db", "{db}"), ("report", "--db", "{db}", "-o", "{out}/r.html"),
-           ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html"), ("merge", "{db}", "--db", "{out}/m.db")]
+           ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html"), ("merge", "{db}", "--db", "{out}/m.db"),
+           ("overhead", "{db}")]
 RUN = ("run", "marked", "--plugin", fault("marks_import.py"), "--impl", "eager", "--no-isolate", "--metrics", "none",
        "--db", "{db}")
 
@@ -331,6 +336,9 @@ BAD_INPUTS = (
     # every command on every hostile store
     [(kind, args) for kind in ("corrupt", "truncated", "empty", "garbage") for args in READERS]
     + [(kind, RUN) for kind in ("corrupt", "truncated", "garbage")]  # `run` may initialise an empty file
+    # the commands that read cells, on a store with text in numeric columns
+    + [("mistyped", args) for args in READERS if args[0] in ("results", "report", "compare", "overhead")]
+    + [("mistyped", ("results", "--format", "json", "--db", "{db}"))]
     + [("immutable", RUN), ("immutable", ("merge", "{good}", "--db", "{db}"))]
     + [("good", ("merge", "{empty}", "--db", "{db}")), ("good", ("merge", "{corrupt}", "--db", "{db}"))]
     # bad requests against a good store
@@ -351,6 +359,8 @@ BAD_INPUTS = (
        ("good", ("run", "softmax", "--db", "{out}")),  # a directory
        ("good", ("run", "softmax", "--db", "/dev/null")),
        ("good", ("results", "--run", "99", "--db", "{db}")),
+       ("good", ("overhead", "{db}", "--run", "99")),
+       ("good", ("overhead", "{db}", "--db", "{corrupt}")),
        ("good", ("merge", "{db}", "--db", "{db}"))]
 )
 

@@ -345,6 +345,11 @@ def rand(shape: Sequence[int], dtype: torch.dtype, device: str, seed: int, low=0
     return t.mul_(high - low).add_(low).to(dtype)
 
 
+# The GPU's quick set for the (dim0, dim1) cases, one shape per regime (fp32, H100/H200 L2 of
+# 50 MiB): 1024x1024 (4 MiB per tensor: launch-bound, in L2), 128x65536 (32 MiB: L2-resident,
+# long rows that a row-wise kernel must split), 8192x8192 (256 MiB: well above L2, DRAM-bound).
+QUICK_2D = [(1024, 1024), (8192, 8192), (128, 65536)]
+
 # The CPU's quick set for the (dim0, dim1) cases: 4 MiB per fp32 tensor (within a core's caches)
 # and 16 MiB (beyond them, memory-bound), small enough that every case runs in the default run's
 # few minutes on two cores.

@@ -1,7 +1,7 @@
 """Element-wise family: a chain of point-wise ops that a fuser turns into one pass."""
 import torch
 
-from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, randn, register
 
 
 def pointwise_chain(x):
@@ -18,7 +18,7 @@ register(
         family="elementwise",
         fn=pointwise_chain,
         make_inputs=lambda shape, dtype, device, seed: (randn(shape, dtype, device, seed),),
-        quick_shapes=[(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)],
+        quick_shapes=QUICK_2D,
         cpu_shapes=CPU_2D,
         grid_shapes=grid_2d(),
         # one read, one write

@@ -1,7 +1,7 @@
 """Horizontal family: two independent consumers of one input, which a fuser serves with one read."""
 import torch
 
-from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, randn, register
 
 
 def horizontal_reduction_pointwise(a):
@@ -16,7 +16,7 @@ def _a(shape, dtype, device, seed):
     return (randn(shape, dtype, device, seed),)
 
 
-QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
+QUICK = QUICK_2D
 
 register(Case(
     name="horizontal_reduction_pointwise", family="horizontal", fn=horizontal_reduction_pointwise,

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, randn, register
 
 # ---------------------------------------------------------------------------------------------
 # attention: a shape is (batch, heads, seqlen, head_dim, causal)
@@ -84,7 +84,7 @@ register(Case(
 # whether the framework removes it and fuses the two adds.  All three tensors are (dim0, dim1);
 # the transposed variant stores bias and residual as (dim1, dim0), the plan's layout study.
 
-QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
+QUICK = QUICK_2D
 
 
 def bias_dropout_add(inp, bias, residual):

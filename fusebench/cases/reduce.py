@@ -5,9 +5,9 @@ All reduce over dim 1 of a (dim0, dim1) tensor, so a fused kernel keeps each row
 import torch
 import torch.nn.functional as F
 
-from fusebench.cases.base import CPU_2D, Case, grid_2d, numel_bytes, rand, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, rand, randn, register
 
-QUICK = [(1024, 1024), (4096, 4096), (8192, 8192), (128, 65536)]
+QUICK = QUICK_2D
 
 
 def _x(shape, dtype, device, seed):

@@ -8,12 +8,20 @@ outputs are then dropped from L2, a spin kernel before each start event so that 
 cost stays out), not back to back as triton.testing.do_bench does: where a small kernel's GPU
 time is below Python's launch cost, back-to-back timing ranks candidates by host overhead.
 
+Compiling, not timing, is most of a first call's cost: a Triton compile takes ~0.2-1 s, timing a
+candidate ~10 ms.  The compile's MLIR and LLVM passes and ptxas run without the GIL (with Triton
+3.6 on two CPU cores, two threads compiled eight GEMM configs 1.85x as fast as one), so before
+timing, every candidate is launched once from a pool of FUSEBENCH_COMPILE_THREADS threads
+(`compile_all`; for triton.autotune's configs, `compile_configs`).  That changes when a binary is
+built, not which binaries exist or how they are timed, so it cannot change a choice.
+
 Choices live in memory for the process and on disk (`ChoiceCache`), so that a second run does
 not tune again.  The CPU, the interpreter, CUDA-graph capture and FUSEBENCH_AUTOTUNE=0 use the
 first candidate (the heuristic's), untimed and not cached.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -22,6 +30,8 @@ import inspect
 import json
 import os
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Hashable, Sequence, TypeVar
 
@@ -42,6 +52,20 @@ FINALIST_MARGIN = 1.05
 FINALISTS = 4
 # Timed runs per candidate (ms).
 BUDGET_MS = 5.0
+# triton.autotune's configs (bench_config): warm-up and timed runs per config (ms).
+CONFIG_WARMUP_MS, CONFIG_BUDGET_MS = 5.0, 20.0
+
+
+def record() -> dict:
+    """What decides the kernels' choices in this process, for the run's environment: the settings
+    that force or rule out a path, whether choices are timed or taken from the disk cache, and how
+    candidates are timed.  (compile_threads changes only how long the first call takes.)"""
+    s = settings.current()
+    return dict(autotune=s.autotune, tuning_cache=s.tuning_cache, coop=s.coop, fp32_precision=s.fp32_precision,
+                gemm_impl=s.gemm_impl, conv_path=s.conv_path, conv_bn=s.conv_bn, attn_impl=s.attn_impl,
+                budget_ms=BUDGET_MS, finalist_margin=FINALIST_MARGIN, finalists=FINALISTS,
+                config_warmup_ms=CONFIG_WARMUP_MS, config_budget_ms=CONFIG_BUDGET_MS,
+                compile_threads=s.compile_threads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,7 +174,7 @@ class Tuner:
                  launch: Callable[..., object], device, operands: Sequence[torch.Tensor | None] = (),
                  n_outputs: int = 1, source: str = "", *, enabled: bool | None = None,
                  warm_calls: bool = True, finalists: bool = True, first_must_work: bool = False,
-                 call_first: bool = False) -> T:
+                 call_first: bool = False, compile_first: bool = True) -> T:
         """The candidate to use for `key` (which must name the shape, dtype, strides and device).
 
         `launch(c, *operands)` launches candidate c on `operands` (the call's inputs, then its
@@ -162,7 +186,12 @@ class Tuner:
         warm call on copies of the operands, see shadow_operands) and keeps the fastest; a
         candidate that fails to compile or launch (e.g. out of shared memory) is skipped, unless
         `first_must_work`.  Candidates within FINALIST_MARGIN of the fastest are timed again,
-        interleaved (`finalist`), and the fastest of those is kept."""
+        interleaved (`finalist`), and the fastest of those is kept.
+
+        Before any is timed, every candidate is launched once on `operands` by `compile_all`, so
+        that their compiles overlap (`compile_first`; `launch` must then allow calls from several
+        threads at once for different candidates).  Leave it off for candidates that time
+        something themselves (`fastest`: whole implementations that run triton.autotune)."""
         if key in self.choices:
             return self.choices[key]  # type: ignore[return-value]
         if callable(candidates):
@@ -176,9 +205,20 @@ class Tuner:
         if cached is not None:
             self.choices[key] = cached
             return cached
+        started = time.perf_counter()
+        failed: dict[int, BaseException] = {}
+        threads = settings.current().compile_threads
+        if compile_first and threads > 1:
+            failed = compile_all(candidates, launch, operands, device, threads)
+            if first_must_work and 0 in failed:
+                raise failed[0]
+        compiled = time.perf_counter()
         shadow = shadow_operands(operands) if warm_calls else None
         best, best_ms, errors, timings = None, float("inf"), [], []
         for i, cand in enumerate(candidates):
+            if i in failed:
+                errors.append(f"{cand}: {type(failed[i]).__name__}: {failed[i]}")
+                continue
             warm = warm_for(cand, launch, operands, shadow, n_outputs)
             try:
                 if call_first:
@@ -208,7 +248,9 @@ class Tuner:
             with open(log_path, "a") as f:
                 f.write(f"{key}\n" + "".join(f"    {ms:9.4f} ms  {c}\n" for c, ms in timings) + "".join(
                     f"    failed: {e}\n" for e in errors) + "".join(
-                    f"    final {ms:9.4f} ms  {c}\n" for c, ms in final) + f"    kept {best}\n")
+                    f"    final {ms:9.4f} ms  {c}\n" for c, ms in final) + f"    kept {best}\n"
+                    f"    seconds {time.perf_counter() - started:.3f} (compiling together "
+                    f"{compiled - started:.3f}, {threads if compile_first and threads > 1 else 0} threads)\n")
         return best
 
     def _time(self, fn, device, warm) -> float:
@@ -243,7 +285,7 @@ def fastest(key, candidates: dict, device=None, source: str = "") -> str:
         device = f"cuda:{torch.cuda.current_device()}"
     return TUNER.autotune(("fastest", key), names, lambda name: candidates[name](), device or "cpu", (),
                           source=source, enabled=gpu, warm_calls=False, finalists=False, first_must_work=True,
-                          call_first=True)
+                          call_first=True, compile_first=False)
 
 
 def fastest_record(key):
@@ -275,22 +317,111 @@ def gpu_time_ms(fn: Callable[[], object], device, budget_ms: float = BUDGET_MS,
 
 
 def bench_config(fn, quantiles=None):
-    """triton.autotune's do_bench, timing one config as the cells are timed (~5 ms warm-up, ~20 ms
-    of runs)."""
-    st = gpu_time_stats(fn, "cuda", budget_ms=20.0, warmup_ms=5.0, max_reps=200)
+    """triton.autotune's do_bench, timing one config as the cells are timed (CONFIG_WARMUP_MS of
+    warm-up, CONFIG_BUDGET_MS of runs)."""
+    st = gpu_time_stats(fn, "cuda", budget_ms=CONFIG_BUDGET_MS, warmup_ms=CONFIG_WARMUP_MS, max_reps=200)
     ms = {0.5: st.median_us / 1e3, 0.2: st.q20_us / 1e3, 0.8: st.q80_us / 1e3}
     return [ms.get(q, ms[0.5]) for q in quantiles] if quantiles else ms[0.5]
 
 
 def triton_autotune(configs, key, **kwargs):
-    """triton.autotune whose configs are timed by bench_config, and whose choices Triton keeps on
-    disk (cache_results) unless FUSEBENCH_TUNING_CACHE=0, where this Triton accepts them."""
+    """triton.autotune whose configs are timed by bench_config, compiled together before the first
+    is timed (compile_configs), and whose choices Triton keeps on disk (cache_results) unless
+    FUSEBENCH_TUNING_CACHE=0, where this Triton accepts them."""
     params = inspect.signature(triton.autotune).parameters
     if "do_bench" in params:
         kwargs.setdefault("do_bench", bench_config)
     if "cache_results" in params and settings.current().tuning_cache:
         kwargs.setdefault("cache_results", True)
-    return triton.autotune(configs=configs, key=key, **kwargs)
+    decorate = triton.autotune(configs=configs, key=key, **kwargs)
+    return lambda fn: compile_configs_together(decorate(fn))
+
+
+# ----------------------------------------------------------------------------------------------
+# compiling the candidates together
+
+
+def compile_all(candidates: Sequence, launch: Callable[..., object], operands: Sequence, device,
+                threads: int) -> dict[int, BaseException]:
+    """Launch each candidate once on `operands`, `threads` at a time, so that their first calls'
+    JIT compiles run together; {index: exception} of those that failed.  Each launch goes to the
+    caller's device and current stream, where the GPU runs them one after another as it runs the
+    timed ones (cooperative kernels need that); returns once they have run."""
+    cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
+    where = timing_device(device) if cuda else None
+    stream = torch.cuda.current_stream(where) if cuda else None
+
+    def one(cand):
+        with contextlib.ExitStack() as ctx:
+            if cuda:  # a new thread starts on device 0 and its default stream
+                ctx.enter_context(torch.cuda.device(where))
+                ctx.enter_context(torch.cuda.stream(stream))
+            launch(cand, *operands)
+
+    with ThreadPoolExecutor(min(threads, len(candidates)), thread_name_prefix="fusebench-compile") as pool:
+        futures = [pool.submit(one, c) for c in candidates]
+    failed = {i: f.exception() for i, f in enumerate(futures) if f.exception() is not None}
+    if cuda:
+        torch.cuda.synchronize(where)
+    return failed
+
+
+def compile_configs_together(tuner):
+    """`tuner` (a triton.autotune Autotuner) compiling every config that survived pruning, on a pool
+    of FUSEBENCH_COMPILE_THREADS threads, when it is about to time the first of them: not when
+    its choice comes from Triton's disk cache, which Triton consults after pruning.
+
+    Through Autotuner.prune_configs and Autotuner._bench, as Triton 3.x names them; a Triton
+    without them, or configs with a pre_hook (which may rewrite shared arguments such as TMA
+    descriptors), compile one by one as they are timed."""
+    prune, bench = getattr(tuner, "prune_configs", None), getattr(tuner, "_bench", None)
+    fn = getattr(tuner, "fn", None)
+    if not (callable(prune) and callable(bench) and hasattr(fn, "warmup")):
+        return tuner
+    pending: list = []
+
+    def prune_configs(*args, **kwargs):
+        configs = prune(*args, **kwargs)
+        pending[:] = configs if len(configs) > 1 and not any(c.pre_hook for c in configs) else []
+        return configs
+
+    def _bench(*args, config, **meta):
+        if pending:
+            todo = list(pending)
+            pending.clear()
+            started, threads = time.perf_counter(), settings.current().compile_threads
+            compile_configs(fn, args, meta, todo, threads)
+            log_path = settings.current().autotune_log
+            if log_path:
+                with open(log_path, "a") as f:
+                    f.write(f"triton.autotune {getattr(fn, '__name__', fn)}: {len(todo)} configs compiled together "
+                            f"in {time.perf_counter() - started:.3f} s ({threads} threads)\n")
+        return bench(*args, config=config, **meta)
+
+    tuner.prune_configs, tuner._bench = prune_configs, _bench
+    return tuner
+
+
+def compile_configs(fn, args: Sequence, meta: dict, configs: Sequence, threads: int) -> None:
+    """Compile `fn` (a JIT function, or heuristics over one) for each config without launching it
+    (`warmup`), `threads` at a time.  A config that fails to compile is left for the autotuner,
+    which meets the same error when it times it and skips the config."""
+    if threads <= 1 or dev.is_interpreter() or not torch.cuda.is_available():
+        return
+    where = torch.cuda.current_device()
+    jit = fn
+    while not hasattr(jit, "device_caches") and hasattr(jit, "fn"):
+        jit = jit.fn
+    with contextlib.suppress(Exception):  # the per-device caches made here, not raced for by the threads
+        jit.device_caches[where]
+
+    def one(config):
+        with torch.cuda.device(where):
+            fn.warmup(*args, grid=(1,), **meta, **config.all_kwargs())
+
+    with ThreadPoolExecutor(min(threads, len(configs)), thread_name_prefix="fusebench-compile") as pool:
+        for future in [pool.submit(one, c) for c in configs]:
+            future.exception()  # waited for; a failure is the autotuner's to meet
 
 
 def finalist(cands: Sequence[T], launch: Callable[..., object], device, operands, shadow,

@@ -216,3 +216,185 @@ def test_gpu_second_process_does_not_retune(monkeypatch, tmp_path):
     monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=True)))
     again, plan2 = kpw.pointwise_chain_impl(x, return_plan=True)
     assert plan2 == plan and timed == [] and torch.equal(first, again)
+
+
+def test_candidates_compile_together_before_any_is_timed(monkeypatch):
+    # with several compile threads every candidate is launched once, from the pool, before the
+    # first is timed; one that fails there is skipped without being timed
+    import threading
+    import time
+
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "4")
+    settings.refresh()
+    events, inside, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def launch(c):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # a compile: several at once only if they overlap
+        with lock:
+            inside[0] -= 1
+            events.append(("launch", c, threading.current_thread().name))
+        if c == "bad":
+            raise RuntimeError("out of resources")
+
+    def timer(fn, warm):
+        events.append(("time", fn.args[0], threading.current_thread().name))
+        fn()
+        return {"a": 2.0, "b": 1.0, "c": 3.0}[fn.args[0]]
+
+    try:
+        tuner = tuning.Tuner(tuning.ChoiceCache(enabled=False), time_candidate=timer)
+        assert tuner.autotune("k", ["a", "bad", "b", "c"], launch, "cpu", enabled=True) == "b"
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        settings.refresh()
+    first_timed = next(i for i, e in enumerate(events) if e[0] == "time")
+    pooled = events[:first_timed]
+    assert sorted(c for _, c, _ in pooled) == ["a", "b", "bad", "c"]
+    assert all(t.startswith("fusebench-compile") for _, _, t in pooled) and most[0] >= 2
+    assert [c for kind, c, _ in events if kind == "time"] == ["a", "b", "c"]
+    assert any("bad: RuntimeError: out of resources" in e for e in tuner.timings["k"]["errors"])
+
+
+def test_one_compile_thread_launches_each_candidate_only_when_timed(monkeypatch):
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "1")
+    settings.refresh()
+    try:
+        launched = []
+        timer, ran = fake_times({"a": 2.0, "b": 1.0})
+        tuner = tuning.Tuner(tuning.ChoiceCache(enabled=False), time_candidate=timer)
+        assert tuner.autotune("k", ["a", "b"], launched.append, "cpu", enabled=True) == "b"
+        assert launched == ["a", "b"] == ran
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        settings.refresh()
+
+
+def test_first_candidate_failing_to_compile_raises_where_it_must_work(monkeypatch):
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "2")
+    settings.refresh()
+    try:
+        def launch(c):
+            if c == "a":
+                raise ValueError("no such plan")
+
+        tuner = tuning.Tuner(tuning.ChoiceCache(enabled=False), time_candidate=fake_times({"b": 1.0})[0])
+        with pytest.raises(ValueError, match="no such plan"):
+            tuner.autotune("k", ["a", "b"], launch, "cpu", enabled=True, first_must_work=True)
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        settings.refresh()
+
+
+class _FakeAutotuner:
+    """The parts of triton's Autotuner that compile_configs_together wraps."""
+
+    def __init__(self, configs):
+        self.configs, self.benched = configs, []
+        self.fn = self
+
+    def warmup(self, *args, grid, **kwargs):
+        pass
+
+    def prune_configs(self, kwargs):
+        return self.configs
+
+    def _bench(self, *args, config, **meta):
+        self.benched.append(config)
+        return [1.0, 1.0, 1.0]
+
+
+def test_triton_autotune_configs_compile_together_only_when_timed(monkeypatch):
+    import triton
+
+    compiled = []
+    monkeypatch.setattr(tuning, "compile_configs", lambda fn, args, meta, configs, threads:
+                        compiled.append((args, meta, list(configs))))
+    configs = [triton.Config({"BLOCK": b}) for b in (32, 64, 128)]
+    tuner = tuning.compile_configs_together(_FakeAutotuner(configs))
+    pruned = tuner.prune_configs({"N": 7})
+    # a choice from Triton's disk cache: pruned, never timed, nothing compiled ahead
+    assert pruned == configs and compiled == []
+    pruned = tuner.prune_configs({"N": 7})
+    for c in pruned:
+        tuner._bench("x", "y", config=c, N=7)
+    assert compiled == [(("x", "y"), {"N": 7}, configs)]  # once, all of them, before the first timing
+    assert tuner.benched == configs
+    # configs with a pre_hook (TMA descriptors) compile one by one as they are timed
+    hooked = [triton.Config({"BLOCK": b}, pre_hook=lambda nargs: None) for b in (32, 64)]
+    tuner = tuning.compile_configs_together(_FakeAutotuner(hooked))
+    for c in tuner.prune_configs({}):
+        tuner._bench(config=c)
+    assert len(compiled) == 1
+
+
+def test_kernel_settings_recorded_with_the_run(monkeypatch):
+    from fusebench.env import collect
+
+    monkeypatch.setenv("FUSEBENCH_GEMM_IMPL", "tma")
+    settings.refresh()
+    try:
+        rec = json.loads(collect("cpu")["kernel_settings"])
+    finally:
+        monkeypatch.delenv("FUSEBENCH_GEMM_IMPL")
+        settings.refresh()
+    assert rec["gemm_impl"] == "tma" and rec["budget_ms"] == tuning.BUDGET_MS and rec["autotune"] is True
+
+
+def test_compile_configs_warms_every_config_up_on_the_callers_device(monkeypatch):
+    # each config is compiled (warmup: no launch) on a pool thread that selects the caller's device
+    import contextlib
+    import threading
+
+    import triton
+
+    selected = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: (selected.append(d), contextlib.nullcontext())[1])
+    monkeypatch.setattr(tuning.dev, "is_interpreter", lambda: False)
+    warmed = []
+
+    class Jit:
+        device_caches = {}
+
+        def warmup(self, *args, grid, **kwargs):
+            warmed.append((args, kwargs, threading.current_thread().name))
+            if kwargs["BLOCK"] == 64:
+                raise RuntimeError("PTXASError")  # left for the autotuner, which skips the config
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (32, 64, 128)]
+    tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=3)
+    assert sorted(k["BLOCK"] for _, k, _ in warmed) == [32, 64, 128] and selected == [3, 3, 3]
+    assert all(a == ("x",) and k["N"] == 5 and k["num_warps"] == 4 for a, k, _ in warmed)
+    assert all(t.startswith("fusebench-compile") for *_, t in warmed)
+    warmed.clear()
+    tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=1)  # one thread: nothing ahead of timing
+    assert warmed == []
+
+
+@gpu
+def test_gpu_plans_compiled_together_compute_the_same(monkeypatch, tmp_path):
+    # the compile pass launches every plan from pool threads on the caller's device and stream;
+    # the chosen plan's output is right and the log says the pass ran
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "4")
+    settings.refresh()
+    try:
+        monkeypatch.setattr(tuning, "TUNER", tuning.Tuner(tuning.ChoiceCache(tmp_path, enabled=False)))
+        x = torch.randn(11, 3000, device="cuda") - 3  # a shape no other test tunes
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = kpw.pointwise_chain_impl(x)
+        side.synchronize()
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        monkeypatch.delenv("FUSEBENCH_AUTOTUNE_LOG")
+        settings.refresh()
+    torch.testing.assert_close(y, get_case("pointwise_chain").fn(x))
+    assert "4 threads)" in log.read_text()

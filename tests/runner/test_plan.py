@@ -20,7 +20,7 @@ from fusebench.cli import app
 from fusebench.measure.timing import TimingSettings, spread
 from fusebench.report.columns import COLUMNS, describe, render_markdown
 from fusebench.report.judge import change
-from fusebench.runner.plan import default_impls, not_planned, plan_cells
+from fusebench.runner.plan import default_impls, not_planned, plan_cells, resolve_shapes
 from fusebench.store import CELL_COLUMNS, Store
 from fusebench.summary import print_summary
 
@@ -289,3 +289,17 @@ def test_report_flags_noisy_and_launch_bound_cells(db, tmp_path):
     assert "Launch-bound (faster than eager on the device, slower from Python): 4x256x14x14x1024x1x1x1" in html
     assert "Cells too noisy to trust" in html and "spread % median · max" in html
     assert "% of ceiling" in html and "triton vs memcpy" not in html and "memcpy vs eager" not in html
+
+
+def test_quick_2d_shapes_span_launch_bound_l2_resident_and_dram_bound():
+    # fp32 bytes per tensor against the H100/H200 L2 (50 MiB): one small launch-bound shape, one
+    # that stays in L2, one well above it; every (dim0, dim1) case uses that set on the GPU.
+    from fusebench.cases.base import QUICK_2D
+
+    mib = sorted(a * b * 4 / 2**20 for a, b in QUICK_2D)
+    assert len(mib) == 3 and mib[0] <= 8 and 8 < mib[1] < 50 and mib[2] >= 200
+    two_d = [c for c in fusebench.cases.all_cases()  # the built-in ones (tests register plugin cases too)
+             if c.axes == ("dim0", "dim1") and c.fn.__module__.startswith("fusebench.cases.")]
+    assert len(two_d) >= 10
+    for case in two_d:
+        assert resolve_shapes(case, "quick", "cuda") == QUICK_2D, case.name
