@@ -15,6 +15,10 @@ conv_bn folds eval-mode batch norm into the convolution (exact algebra):
     bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),  s = gamma / sqrt(var + eps)
 One small Triton kernel writes the folded weight and the shift; the shift is then the conv's bias.
 
+Every wrapper keeps a plan per problem key (conv_fused, conv_bn, the epilogue, the fold): the path
+or way, the autotuned config, grids and integer arguments are decided at the key's first call, so a
+later call is a lookup, the output's allocation and the launches (cuDNN's through torch).
+
 Which path runs is decided per shape by `candidate_paths` (see its docstring for the measured
 reasons): a fixed path, or the faster of two timed at the first call for that shape (like autotuning,
 across kernels); describe() stores the path, why, and the measured times with each result.

@@ -17,6 +17,11 @@ Kernels
   (deterministic, unlike atomics) and applies the epilogue.  A candidate of the same first-call
   timing as the TMA kernel.
 
+Host side: gemm() keeps a plan per problem key (shapes, strides, dtypes, device, pointer alignment,
+epilogue, policy): the implementation chosen, the config its autotuner chose (tuned_launch), the grid
+and the integer arguments, all decided at the key's first call.  A later call is one dict lookup,
+C's allocation and the launch through launch.Launch (TMA: three descriptors built unchecked).
+
 The epilogue switches (HAS_BIAS, HAS_RES, RELU) are runtime scalars, not constexprs: one compiled
 binary per (dtype, config) then serves all three matmul cases and the 1x1 convolutions, which
 keeps autotuning affordable.  They are branch-uniform and outside the K loop, so they cost nothing.

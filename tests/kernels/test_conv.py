@@ -112,6 +112,14 @@ def test_second_call_takes_the_plan(name, monkeypatch, fresh_plans):
     assert len(choices) > made[0] and sum(map(len, builds)) > made[1]
 
 
+@pytest.mark.parametrize("path", ["gemm", "igemm", "cudnn"])
+def test_forced_paths_on_repeated_calls(path, monkeypatch, fresh_plans):
+    # the 1x1 GEMM's plan is given the 4-D tensors whose 2-D views it was made for
+    monkeypatch.setattr(kconv, "CONV_PATH", path)
+    for name in ["conv_add", "conv_relu", "conv_bn"]:
+        run_twice(name, (2, 8, 5, 5, 16, 1, 1, 1), torch.float16)
+
+
 def test_epilogue_and_fold_plans_reused(monkeypatch, fresh_plans):
     made = spy(monkeypatch, kconv, "_epilogue_plan")
     folds = spy(monkeypatch, kconv, "_fold_plan")

@@ -249,7 +249,8 @@ def test_gpu_plans_on_fresh_tensors(impl, monkeypatch, few_configs, fresh_plans)
                         ("matmul_relu", (1024, 1024, 1024))]:
         a, b = run_twice(name, shape, torch.float16)
         assert not torch.equal(a, b)  # two results, not one buffer returned twice
-    launches = [cell for plan in kmm._PLANS.values() for cell in (plan.__closure__ or ())
+    # the plans of the wrappers' keys (out=None; "auto" also keeps each candidate's, called only when timed)
+    launches = [cell for key, plan in kmm._PLANS.items() if key[0][4] is None for cell in (plan.__closure__ or ())
                 if isinstance(cell.cell_contents, Launch)]
     assert launches and all(c.cell_contents.kernel is not None for c in launches)  # the compiled fast path
 
