@@ -13,10 +13,13 @@ The key range of a program is split into kinds of blocks, each its own loop:
 Causal programs also start with the longest rows (reverse query-block order) to balance the tail.
 
 Two kernels share the inner loop: `_attn_fwd` loads K/V with pointer arithmetic (everywhere, the
-interpreter included); `_attn_fwd_tma` loads Q/K/V through TMA descriptors on Hopper.
+interpreter included); `_attn_fwd_tma` loads Q/K/V through TMA descriptors on Hopper.  The host
+keeps a plan per problem key (kernel, autotuned config, grid, integer arguments), so that a
+repeated call is a lookup, the output's allocation, the descriptors and one launch.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -26,7 +29,8 @@ import triton.language as tl
 from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
-from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors
+from fusebench.kernels import gemm_utils as gu
+from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors, tensor_key, tuned_launch
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
@@ -244,29 +248,69 @@ def attention_impl_for(q, k, v) -> str:
     return "tma" if _tma_ok(q, k, v) else "ptr"
 
 
+# {problem key: plan}; a plan is `plan(q, k, v) -> out`, the kernel, its config, the grid and the
+# integer arguments fixed at the key's first call.
+_PLANS: dict = {}
+
+
 def flash_attention(q, k, v, causal: bool, impl: str | None = None) -> torch.Tensor:
+    key = (tensor_key(q, k, v), bool(causal), impl, ATTN_IMPL)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan, out = _first_call(q, k, v, causal, impl)
+        _PLANS[key] = plan
+        return out
+    return plan(q, k, v)
+
+
+def _first_call(q, k, v, causal, impl):
+    """Run the kernel through its autotuner on this call's operands; then (plan, output)."""
     B, H, S, D = q.shape
     assert k.shape == q.shape and v.shape == q.shape, "self-attention shapes only"
     assert D in HEAD_DIMS, f"head_dim {D} not supported"
-    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)  # contiguous (B, H, S, D)
+    alloc = functools.partial(torch.empty, q.shape, device=q.device, dtype=q.dtype)  # contiguous (B, H, S, D)
+    out = alloc()
     if out.numel() == 0:
-        return out
+        return (lambda q, k, v: alloc()), out
     sm_scale = 1.0 / math.sqrt(D)
     impl = impl or attention_impl_for(q, k, v)
+    consts = dict(HEAD_DIM=D, CAUSAL=bool(causal))
 
     def grid(meta):
         return (triton.cdiv(S, meta["BLOCK_M"]), B * H)
 
     if impl == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
-        dummy = [1, 1]
+        dummy = [1, 1]  # the autotuner's pre_hook sets each config's block shapes
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), dummy) for t in (q, k, v)]
-        _attn_fwd_tma[grid](*descs, out, sm_scale, *out.stride(), H, S, HEAD_DIM=D, CAUSAL=bool(causal))
+        tail = (out, sm_scale, *out.stride(), H, S)
+        _attn_fwd_tma[grid](*descs, *tail, **consts)
+        launch = tuned_launch(_attn_fwd_tma, grid, (*descs, *tail), consts)
+        cfg = _attn_fwd_tma.best_config.kwargs
+        # q, k, v are contiguous (the key fixes it): each is the (B*H*S, D) row-major matrix at its
+        # data pointer, the only thing the driver reads from a descriptor's base
+        rows, ints = [B * H * S, D], (sm_scale, *out.stride(), H, S)
+        q_geo, kv_geo = (rows, [D, 1], [cfg["BLOCK_M"], D]), (rows, [D, 1], [cfg["BLOCK_N"], D])
+        desc = gu.unchecked_descriptor
+
+        def plan(q, k, v):
+            out = alloc()
+            launch(desc(q, *q_geo), desc(k, *kv_geo), desc(v, *kv_geo), out, *ints)
+            return out
+
+        return plan, out
+    # fp32 attention: exact dots (softmax is sensitive to tf32 rounding of the scores)
+    consts["PRECISION"] = "ieee"
+    ints = (sm_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(), H, S)
+    _attn_fwd[grid](q, k, v, out, *ints, **consts)
+    launch = tuned_launch(_attn_fwd, grid, (q, k, v, out, *ints), consts)
+
+    def plan(q, k, v):
+        out = alloc()
+        launch(q, k, v, out, *ints)
         return out
-    precision = "ieee"  # fp32 attention: exact dots (softmax is sensitive to tf32 rounding of the scores)
-    _attn_fwd[grid](q, k, v, out, sm_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(), H, S,
-                    HEAD_DIM=D, CAUSAL=bool(causal), PRECISION=precision)
-    return out
+
+    return plan, out
 
 
 def _supports(shape, dtype, device):

@@ -3,9 +3,13 @@
 One program owns BLOCK_M rows of the output: it computes its rows of t = a @ b (all N columns,
 accumulated over K in fp32, rounded to the input dtype as eager's a @ b is) into registers, then
 multiplies them by c in BLOCK_P-column chunks.  Intermediates wider than B2B_MAX_N go through two
-GEMMs (matmul.gemm).
+GEMMs (matmul.gemm), launched one after the other or, with gemm_utils.MULTI_KERNEL == "graph",
+replayed from a CUDA graph captured per problem key.  Both paths keep a plan per key (see
+matmul.py): a repeated call is a lookup, the output's allocation and the launch.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -13,7 +17,8 @@ import triton.language as tl
 
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.device import next_pow2
-from fusebench.kernels.gemm_utils import dot_precision, precision_note
+from fusebench.kernels import gemm_utils as gu
+from fusebench.kernels.gemm_utils import dot_precision, precision_note, tensor_key, tuned_launch
 from fusebench.kernels.matmul import _supports, gemm
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import triton_autotune as autotune
@@ -83,17 +88,53 @@ def b2b_fused(n: int) -> bool:
     return n <= B2B_MAX_N
 
 
+# {problem key: plan}; a plan is `plan(a, b, c) -> out`, everything but the output decided at the
+# key's first call.
+_PLANS: dict = {}
+
+
 def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    plan = _PLANS.get(tensor_key(a, b, c))
+    if plan is None:
+        plan, out = _fused_plan(a, b, c)
+        _PLANS[tensor_key(a, b, c)] = plan
+        return out
+    return plan(a, b, c)
+
+
+def _fused_plan(a, b, c):
+    """The fused kernel run through its autotuner on this call's operands; then (plan, output)."""
     M, K = a.shape
     N, P = c.shape
-    out = torch.empty((M, P), device=a.device, dtype=a.dtype)
+    alloc = functools.partial(torch.empty, (M, P), device=a.device, dtype=a.dtype)
+    out = alloc()
     if M == 0 or P == 0:
+        return (lambda a, b, c: alloc()), out
+    ints = (M, N, K, P, *a.stride(), *b.stride(), *c.stride(), *out.stride())
+    consts = dict(PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N, floor=16))
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]),)
+
+    args = (a, b, c, out, *ints)
+    _b2b_kernel[grid](*args, **consts)
+    launch = tuned_launch(_b2b_kernel, grid, args, consts)
+
+    def plan(a, b, c):
+        out = alloc()
+        launch(a, b, c, out, *ints)
         return out
-    _b2b_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](
-        a, b, c, out, M, N, K, P,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), out.stride(0), out.stride(1),
-        PRECISION=dot_precision(a.dtype), BLOCK_N=next_pow2(N, floor=16))
-    return out
+
+    return plan, out
+
+
+def two_gemms(a, b, c):
+    """(a @ b) @ c as two GEMM launches (the intermediate goes through memory)."""
+    return gemm(gemm(a, b), c)
+
+
+# Two-GEMM paths captured in a CUDA graph (gemm_utils.MULTI_KERNEL == "graph"), per problem key.
+_GRAPHS: dict = {}
 
 
 def _describe_b2b(shape, dtype):
@@ -107,4 +148,10 @@ def _describe_b2b(shape, dtype):
 def matmul_matmul(a, b, c):
     if b2b_fused(b.shape[1]):
         return b2b(a, b, c)
-    return gemm(gemm(a, b), c)
+    if not gu.graph_capturable(a):
+        return two_gemms(a, b, c)
+    key = tensor_key(a, b, c)
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        graph = _GRAPHS[key] = gu.GraphCall(two_gemms, (a, b, c))
+    return graph(a, b, c)

@@ -15,6 +15,10 @@ conv_bn folds eval-mode batch norm into the convolution (exact algebra):
     bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),  s = gamma / sqrt(var + eps)
 One small Triton kernel writes the folded weight and the shift; the shift is then the conv's bias.
 
+Every wrapper keeps a plan per problem key (conv_fused, conv_bn, the epilogue, the fold): the path
+or way, the autotuned config, grids and integer arguments are decided at the key's first call, so a
+later call is a lookup, the output's allocation and the launches (cuDNN's through torch).
+
 Which path runs is decided per shape by `candidate_paths` (see its docstring for the measured
 reasons): a fixed path, or the faster of two timed at the first call for that shape (like autotuning,
 across kernels); describe() stores the path, why, and the measured times with each result.
@@ -31,10 +35,14 @@ import triton.language as tl
 from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
-from fusebench.kernels.gemm_utils import check_device, dot_precision, grouped_tile, precision_note
+from fusebench.kernels import gemm_utils as gu
+from fusebench.kernels.gemm_utils import (
+    check_device, dot_precision, grouped_tile, precision_note, tensor_key, tuned_launch,
+)
+from fusebench.kernels.launch import Launch
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
-from fusebench.kernels.matmul import gemm
+from fusebench.kernels.matmul import gemm_with_plan
 from fusebench.kernels.registry import triton_kernel
 
 BN_EPS = 1e-5  # fusebench/cases/conv.py's eps
@@ -84,17 +92,35 @@ def _dense_format(t: torch.Tensor):
     return None
 
 
+# {problem key: plan} of the epilogue; a plan is `plan(y, bias, residual, bn) -> y`.
+_EPILOGUE_PLANS: dict = {}
+
+
+def _epilogue_key(y, bias, residual, relu, bn):
+    return (tensor_key(y, bias, residual, *(bn if bn is not None else ())), relu)
+
+
 def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False, bn=None) -> torch.Tensor:
     """In place on y (N, C, H, W), dense in either layout: relu?(bn(y) + bias[c] + residual), where
     bn = (mean, var, gamma, beta) is eval-mode batch norm (eps BN_EPS)."""
+    key = _epilogue_key(y, bias, residual, relu, bn)
+    plan = _EPILOGUE_PLANS.get(key)
+    if plan is None:
+        plan = _EPILOGUE_PLANS[key] = _epilogue_plan(y, bias, residual, relu, bn)
+    return plan(y, bias, residual, bn)
+
+
+def _epilogue_plan(y, bias, residual, relu, bn):
+    """The epilogue's launch for y's key: layout, grid and integer arguments decided here."""
     fmt = _dense_format(y)
-    if fmt is None:
-        y_dense = y.contiguous()
-        return y.copy_(epilogue_(y_dense, bias, residual, relu, bn))
-    if residual is not None and residual.stride() != y.stride():
-        residual = residual.contiguous(memory_format=fmt)
+    if fmt is None:  # not dense: through a dense copy (not a path fusebench's wrappers take)
+        def strided(y, bias, residual, bn):
+            return y.copy_(epilogue_(y.contiguous(), bias, residual, relu, bn))
+        return strided
     if y.numel() == 0:
-        return y
+        return lambda y, bias, residual, bn: y
+    # a residual of another layout is made dense like y, per call
+    convert_res = residual is not None and residual.stride() != y.stride()
     n, c, h, w = y.shape
     channel_is_col = fmt == torch.channels_last and c > 1
     R, L = (n * h * w, c) if channel_is_col else (n * c, h * w)
@@ -103,13 +129,18 @@ def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False, bn=None) ->
     elems, widest, warps = (256, 64, 4) if interpreting() else (4096, 1024, 8)
     block_l = min(widest, next_pow2(L, floor=16))
     block_r = max(1, elems // block_l)
-    grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
-    _epilogue_kernel[grid](
-        y, *(bn if bn is not None else (y,) * 4), bias if bias is not None else y,
-        residual if residual is not None else y, R, L, c, BN_EPS,
-        int(bn is not None), int(bias is not None), int(residual is not None), int(relu),
-        CHANNEL_IS_COL=channel_is_col, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=warps)
-    return y
+    launch = Launch(_epilogue_kernel, (triton.cdiv(R, block_r), triton.cdiv(L, block_l)),
+                    dict(CHANNEL_IS_COL=channel_is_col, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=warps))
+    ints = (R, L, c, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None), int(relu))
+
+    def plan(y, bias, residual, bn):
+        if convert_res:
+            residual = residual.contiguous(memory_format=fmt)
+        launch(y, *(bn if bn is not None else (y, y, y, y)), y if bias is None else bias,
+               y if residual is None else residual, *ints)
+        return y
+
+    return plan
 
 
 # ------------------------------------------------------------------------------------------------
@@ -134,21 +165,39 @@ def _fold_bn_kernel(w_ptr, w_out_ptr, shift_ptr, mean_ptr, var_ptr, gamma_ptr, b
         tl.store(w_out_ptr + base + offs, (w * scale).to(w_out_ptr.dtype.element_ty), mask=mask)
 
 
+# {problem key: plan} of the fold; a plan is `plan(w, mean, var, gamma, beta) -> (w * s, shift)`.
+_FOLD_PLANS: dict = {}
+
+
 def fold_bn(w, mean, var, gamma, beta, eps=BN_EPS):
     """(w * s, beta - mean * s) with s = gamma / sqrt(var + eps), computed in fp32, stored in w's dtype.
 
     The shift is rounded to w's dtype like the conv_relu bias, so that conv_bn reuses the same
     compiled conv kernels; its rounding error (2**-11 relative in fp16) is far inside the tolerance.
     """
-    if _dense_format(w) is None:
-        w = w.contiguous()
+    key = (tensor_key(w, mean, var, gamma, beta), eps)
+    plan = _FOLD_PLANS.get(key)
+    if plan is None:
+        plan = _FOLD_PLANS[key] = _fold_plan(w, eps)
+    return plan(w, mean, var, gamma, beta)
+
+
+def _fold_plan(w, eps):
+    dense = _dense_format(w) is not None  # else folded from a dense copy, per call
     cout = w.shape[0]
-    w_out = torch.empty_like(w)  # keeps w's memory format
-    shift = torch.empty(cout, device=w.device, dtype=w.dtype)
     per_channel = w.numel() // cout
-    _fold_bn_kernel[(cout,)](w, w_out, shift, mean, var, gamma, beta, per_channel, eps,
-                             BLOCK=min(1024, next_pow2(per_channel, floor=16)), num_warps=4)
-    return w_out, shift
+    shift_alloc = functools.partial(torch.empty, cout, device=w.device, dtype=w.dtype)
+    launch = Launch(_fold_bn_kernel, (cout,), dict(BLOCK=min(1024, next_pow2(per_channel, floor=16)), num_warps=4))
+
+    def plan(w, mean, var, gamma, beta):
+        if not dense:
+            w = w.contiguous()
+        w_out = torch.empty_like(w)  # keeps w's memory format
+        shift = shift_alloc()
+        launch(w, w_out, shift, mean, var, gamma, beta, per_channel, eps)
+        return w_out, shift
+
+    return plan
 
 
 # ------------------------------------------------------------------------------------------------
@@ -293,45 +342,30 @@ def _choice_key(shape8, dtype, has_bias, has_res, relu):
     return ("conv", *shape8, dtype, bool(has_bias), bool(has_res), bool(relu))
 
 
-def _conv_igemm(x, w, stride, bias, residual, relu):
-    n, cin, h, wd = x.shape
-    cout, _, r, s = w.shape
-    ho, wo, pad = _out_hw(x, w, stride)
-    fmt = torch.channels_last if _is_cl(x) else torch.contiguous_format
-    y = torch.empty((n, cout, ho, wo), device=x.device, dtype=x.dtype, memory_format=fmt)
-    if y.numel() == 0:
-        return y
-    # without a residual, pass y's strides: the same integer specialization, so the same binary
-    rs = residual.stride() if residual is not None else y.stride()
-
-    def grid(meta):
-        return (triton.cdiv(n * ho * wo, meta["BLOCK_M"]) * triton.cdiv(cout, meta["BLOCK_N"]),)
-
-    _conv_igemm_kernel[grid](
-        x, w, y, bias if bias is not None else y, residual if residual is not None else y,
-        n, cin, h, wd, cout, ho, wo, r, s, stride, pad,
-        *x.stride(), *w.stride(), *y.stride(), *rs,
-        int(bias is not None), int(residual is not None), int(relu), PRECISION=dot_precision(x.dtype))
-    return y
+# {problem key: plan} of conv_fused; a plan is `plan(x, w, bias, residual) -> y`, with the path,
+# its autotuned config, the grid and every integer argument fixed at the key's first call.
+_PLANS: dict = {}
 
 
-def _conv_gemm1x1(x, w, bias, residual, relu):
-    # x (N, C, H, W) channels_last is the row-major matrix (N*H*W, C); w (K, C, 1, 1) is (K, C).
-    n, cin, h, wd = x.shape
-    cout = w.shape[0]
-    y = torch.empty((n, cout, h, wd), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
-    a = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)
-    b = w.reshape(cout, cin).t()  # (C, K) view of the (K, C) weight
-    y2 = y.permute(0, 2, 3, 1).view(n * h * wd, cout)
-    res2 = None
-    if residual is not None:
-        res2 = residual.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).reshape(n * h * wd, cout)
-    gemm(a, b, bias=bias, residual=res2, relu=relu, out=y2)
-    return y
+def _conv_key(x, w, stride, bias, residual, relu, path):
+    return (tensor_key(x, w, bias, residual), stride, relu, path, CONV_PATH, gu.MULTI_KERNEL)
 
 
 def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: str | None = None):
     """epilogue(conv2d(x, w, stride, padding=R//2)): + bias[c], + residual, relu."""
+    plan = _PLANS.get(_conv_key(x, w, stride, bias, residual, relu, path))
+    if plan is not None:
+        return plan(x, w, bias, residual)
+    return conv_with_plan(x, w, stride, bias, residual, relu, path)[1]
+
+
+def conv_with_plan(x, w, stride, bias=None, residual=None, relu=False, path=None):
+    """(plan, y): conv_fused() made at a key's first call, with the plan it keeps for the key.
+    Chooses the path (timing the candidates where several apply) and runs it."""
+    key = _conv_key(x, w, stride, bias, residual, relu, path)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan, plan(x, w, bias, residual)
     if path is None:
         n, cin, h, wd = x.shape
         shape8 = (n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)))
@@ -342,16 +376,91 @@ def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: st
             path = fastest(_choice_key(shape8, x.dtype, bias is not None, residual is not None, relu),
                            {p: (lambda p=p: conv_fused(x, w, stride, bias, residual, relu, path=p)) for p in paths},
                            device=x.device, source=_SOURCE())
-    if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
-        path = "igemm"
-    if path == "igemm" and x.numel() >= 2**31:
-        path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
-    if path == "gemm":
-        return _conv_gemm1x1(x, w, bias, residual, relu)
-    if path == "igemm":
-        return _conv_igemm(x, w, stride, bias, residual, relu)
-    y = F.conv2d(x, w, None, stride=stride, padding=w.shape[-1] // 2)
-    return epilogue_(y, bias, residual, relu)
+        plan, y = conv_with_plan(x, w, stride, bias, residual, relu, path)  # the chosen path's plan
+    else:
+        if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
+            path = "igemm"
+        if path == "igemm" and x.numel() >= 2**31:
+            path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
+        build = {"gemm": _gemm1x1_plan, "igemm": _igemm_plan}.get(path, _cudnn_plan)
+        plan, y = build(x, w, stride, bias, residual, relu)
+        if path == "cudnn" and gu.graph_capturable(x):  # two launches: the graph option applies
+            plan = gu.GraphCall(plan, (x, w, bias, residual))
+    _PLANS[key] = plan
+    return plan, y
+
+
+def _igemm_plan(x, w, stride, bias, residual, relu):
+    n, cin, h, wd = x.shape
+    cout, _, r, s = w.shape
+    ho, wo, pad = _out_hw(x, w, stride)
+    fmt = torch.channels_last if _is_cl(x) else torch.contiguous_format
+    alloc = functools.partial(torch.empty, (n, cout, ho, wo), device=x.device, dtype=x.dtype, memory_format=fmt)
+    y = alloc()
+    if y.numel() == 0:
+        return (lambda x, w, bias, residual: alloc()), y
+    # without a residual, pass y's strides: the same integer specialization, so the same binary
+    rs = residual.stride() if residual is not None else y.stride()
+    ints = (n, cin, h, wd, cout, ho, wo, r, s, stride, pad, *x.stride(), *w.stride(), *y.stride(), *rs,
+            int(bias is not None), int(residual is not None), int(relu))
+    consts = dict(PRECISION=dot_precision(x.dtype))
+
+    def grid(meta):
+        return (triton.cdiv(n * ho * wo, meta["BLOCK_M"]) * triton.cdiv(cout, meta["BLOCK_N"]),)
+
+    args = (x, w, y, bias if bias is not None else y, residual if residual is not None else y, *ints)
+    _conv_igemm_kernel[grid](*args, **consts)
+    launch = tuned_launch(_conv_igemm_kernel, grid, args, consts)
+
+    def plan(x, w, bias, residual):
+        y = alloc()
+        launch(x, w, y, y if bias is None else bias, y if residual is None else residual, *ints)
+        return y
+
+    return plan, y
+
+
+def _gemm1x1_plan(x, w, stride, bias, residual, relu):
+    # x (N, C, H, W) channels_last is the row-major matrix (N*H*W, C); w (K, C, 1, 1) is (K, C).
+    n, cin, h, wd = x.shape
+    cout = w.shape[0]
+    alloc = functools.partial(torch.empty, (n, cout, h, wd), device=x.device, dtype=x.dtype,
+                              memory_format=torch.channels_last)
+    y = alloc()
+    a = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)
+    b = w.reshape(cout, cin).t()  # (C, K) view of the (K, C) weight
+    y2 = y.permute(0, 2, 3, 1).view(n * h * wd, cout)
+    res_cl = residual is not None and _is_cl(residual)  # else made channels_last per call
+    res2 = None
+    if residual is not None:
+        res2 = residual.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1).reshape(n * h * wd, cout)
+    inner, _ = gemm_with_plan(a, b, bias=bias, residual=res2, relu=relu, out=y2)
+    if inner is None:  # an empty problem: nothing to launch
+        return (lambda x, w, bias, residual: conv_fused(x, w, 1, bias, residual, relu, path="cudnn")), y
+
+    # the GEMM's plan reads only data pointers: x, w, y and the residual stand for their 2-D views
+    def plan(x, w, bias, residual):
+        y = alloc()
+        if residual is not None and not res_cl:
+            residual = residual.contiguous(memory_format=torch.channels_last)
+        inner(x, w, bias, residual, y)
+        return y
+
+    return plan, y
+
+
+def _cudnn_plan(x, w, stride, bias, residual, relu):
+    """cuDNN's conv (torch, no bias), then the epilogue kernel in place: two launches."""
+    pad = w.shape[-1] // 2
+    conv2d = F.conv2d
+    y = conv2d(x, w, None, stride, pad)
+    epi = _epilogue_plan(y, bias, residual, relu, None)
+    epi(y, bias, residual, None)
+
+    def plan(x, w, bias, residual):
+        return epi(conv2d(x, w, None, stride, pad), bias, residual, None)
+
+    return plan, y
 
 
 # ------------------------------------------------------------------------------------------------
@@ -413,23 +522,70 @@ def conv_relu(x, w, bias, stride: int):
     return conv_fused(x, w, stride, bias=bias, relu=True)
 
 
+# {problem key: plan} of conv_bn; a plan is `plan(x, w, mean, var, gamma, beta) -> y`.
+_BN_PLANS: dict = {}
+BN_WAYS = ("bn-epilogue", "folded")
+
+
 @triton_kernel("conv_bn", supports=_supports, describe=_describe_bn, interpretable=True)
 def conv_bn(x, w, mean, var, gamma, beta, stride: int):
     """Two ways, the faster timed at the first call per shape: fold BN into the weights and a bias
     (a fold kernel, then a conv whose epilogue adds the bias: one launch more than eager unless the
     conv is one of ours with the bias fused), or cuDNN's conv of the raw weights and one Triton
     epilogue applying the batch norm (the same two launches as eager, one fewer than folding)."""
+    plan = _BN_PLANS.get((tensor_key(x, w, mean, var, gamma, beta), stride, None, CONV_BN_WAY, CONV_PATH,
+                          gu.MULTI_KERNEL))
+    if plan is not None:
+        return plan(x, w, mean, var, gamma, beta)
+    return _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, None)[1]
 
-    def folded():
-        w_folded, shift = fold_bn(w, mean, var, gamma, beta)
-        return conv_fused(x, w_folded, stride, bias=shift)
 
-    def bn_epilogue():
-        y = F.conv2d(x, w, None, stride=stride, padding=w.shape[-1] // 2)
-        return epilogue_(y, bn=(mean, var, gamma, beta))
+def _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, way):
+    """(plan, y) for conv_bn's key and `way` (None: CONV_BN_WAY, or the faster way, timed here)."""
+    key = (tensor_key(x, w, mean, var, gamma, beta), stride, way, CONV_BN_WAY, CONV_PATH, gu.MULTI_KERNEL)
+    plan = _BN_PLANS.get(key)
+    if plan is not None:
+        return plan, plan(x, w, mean, var, gamma, beta)
+    args = (x, w, mean, var, gamma, beta)
+    if way is None:
+        way = CONV_BN_WAY
+        if way not in BN_WAYS:
+            n, cin, h, wd = x.shape
+            choice = _bn_choice_key((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype))
+            way = fastest(choice, {w_: (lambda w_=w_: _conv_bn_with_plan(*args, stride, w_)[1]) for w_ in BN_WAYS},
+                          device=x.device, source=_SOURCE())
+        plan, y = _conv_bn_with_plan(*args, stride, way)
+    else:
+        plan, y = (_bn_epilogue_plan if way == "bn-epilogue" else _folded_plan)(*args, stride)
+        if gu.graph_capturable(x):  # two launches or more: the graph option applies
+            plan = gu.GraphCall(plan, args)
+    _BN_PLANS[key] = plan
+    return plan, y
 
-    n, cin, h, wd = x.shape
-    key = _bn_choice_key((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype))
-    ways = {"bn-epilogue": bn_epilogue, "folded": folded}
-    way = CONV_BN_WAY if CONV_BN_WAY in ways else fastest(key, ways, device=x.device, source=_SOURCE())
-    return bn_epilogue() if way == "bn-epilogue" else folded()
+
+def _bn_epilogue_plan(x, w, mean, var, gamma, beta, stride):
+    """cuDNN's conv of the raw weights, then batch norm in the epilogue kernel: two launches."""
+    pad = w.shape[-1] // 2
+    conv2d = F.conv2d
+    y = conv2d(x, w, None, stride, pad)
+    bn = (mean, var, gamma, beta)
+    epi = _epilogue_plan(y, None, None, False, bn)
+    epi(y, None, None, bn)
+
+    def plan(x, w, mean, var, gamma, beta):
+        return epi(conv2d(x, w, None, stride, pad), None, None, (mean, var, gamma, beta))
+
+    return plan, y
+
+
+def _folded_plan(x, w, mean, var, gamma, beta, stride):
+    """The fold kernel, then conv_fused of the folded weights with the shift as its bias."""
+    fold = _fold_plan(w, BN_EPS)
+    w_folded, shift = fold(w, mean, var, gamma, beta)
+    conv, y = conv_with_plan(x, w_folded, stride, bias=shift)
+
+    def plan(x, w, mean, var, gamma, beta):
+        w_folded, shift = fold(w, mean, var, gamma, beta)
+        return conv(x, w_folded, shift, None)
+
+    return plan, y

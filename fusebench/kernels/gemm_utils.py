@@ -1,10 +1,15 @@
 """Helpers shared by the compute-bound kernels (matmul, conv, attention).
 
-Nothing here launches work on its own: the grouped ("super-grouping") program order used by the
-GEMM-like kernels, dot precision, and the `supports` checks that every wrapper in matmul.py /
-conv.py / attention.py shares.  Device facts are in device.py, the tuner in tuning.py.
+The grouped ("super-grouping") program order used by the GEMM-like kernels, dot precision, the
+`supports` checks that every wrapper in matmul.py / conv.py / attention.py shares, and what their
+per-call fast paths are built from: the problem key (`tensor_key`), a `Launch` of the config a
+triton.autotune chose (`tuned_launch`), TMA descriptors built without re-validation
+(`unchecked_descriptor`), and the CUDA-graph option for multi-kernel paths (`GraphCall`).
+Device facts are in device.py, the tuner in tuning.py, the launcher in launch.py.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import triton
@@ -12,6 +17,7 @@ import triton.language as tl
 
 from fusebench import settings
 from fusebench.kernels.device import capability, is_hopper_or_newer, is_interpreter
+from fusebench.kernels.launch import Launch
 
 
 def has_tensor_descriptors() -> bool:
@@ -74,3 +80,110 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
     pid_n = (pid % num_pid_in_group) // group_size_m
     return pid_m, pid_n
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-call fast paths.  Each wrapper keeps a dict {problem key: plan}; a plan is a function of the
+# call's tensors that allocates the outputs and launches, everything else (implementation, config,
+# grid, integer arguments) decided when the key was first met.
+
+
+def tensor_key(*tensors: torch.Tensor | None) -> tuple:
+    """Everything about `tensors` that fixes a launch: shape, strides, dtype, device, and whether the
+    data pointer is 16-byte aligned (Triton specialises pointers on it, see launch.aligned16)."""
+    return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() % 16 == 0)
+                 for t in tensors)
+
+
+def _unwrap(kernel):
+    """The JIT function under triton.autotune / triton.heuristics wrappers, and the heuristics met
+    on the way (outermost first)."""
+    heuristics = []
+    fn = kernel
+    while isinstance(fn, (triton.runtime.Autotuner, triton.runtime.Heuristics)):
+        if isinstance(fn, triton.runtime.Heuristics):
+            heuristics.append(fn)
+        fn = fn.fn
+    return fn, heuristics
+
+
+def tuned_launch(kernel, grid: Callable[[dict], tuple], args: tuple, constants: dict) -> Launch:
+    """A `Launch` of the JIT function under the triton.autotune'd `kernel` with the config its
+    autotuner chose at its last run (`best_config`), which must have been on `args` (runtime
+    arguments, in signature order) and `constants`: the same key, so the same config.
+
+    triton.autotune's own call builds the argument dict, computes its key and looks the config up
+    on every call; the Launch does none of that.  A config's pre_hook is not run (the TMA
+    wrappers build their descriptors with the config's block shapes themselves)."""
+    config = kernel.best_config
+    constants = {**constants, **config.all_kwargs()}
+    fn, heuristics = _unwrap(kernel)
+    for h in heuristics:  # e.g. EVEN_K: values computed from the arguments and the config
+        named = {**dict(zip(h.arg_names, args)), **constants}
+        for name, rule in h.values.items():
+            constants[name] = rule(named)
+    return Launch(fn, grid(constants), constants)
+
+
+def unchecked_descriptor(base: torch.Tensor, shape: list, strides: list, block_shape: list):
+    """A host-side TMA TensorDescriptor without the dataclass's per-call checks (alignment, block
+    shape, strides): the caller's problem key already fixes everything they check, and
+    TensorDescriptor.from_tensor ran them once, when the key was first met.  The driver reads the
+    base's data pointer at each launch."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    desc = object.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape = base, shape, strides, block_shape
+    desc.padding, desc.round_f32_to_tf32 = "zero", False
+    return desc
+
+
+# How a path of several kernels (cuDNN conv + epilogue, BN fold + conv, two GEMMs, split-K's
+# GEMM + reduction) is launched from its cached plan: "launches" (each kernel launched in turn, the
+# default) or "graph" (the plan captured once per key in a CUDA graph and replayed: one launch of
+# the host, plus a copy of each input into the graph's buffers and of the output out of them).
+# Which is faster from Python is measured by .dev/probe_overhead_gemm.py on the device.
+MULTI_KERNEL = "launches"
+_capturing = [0]  # GraphCalls being built: the plans made meanwhile are captured in theirs, not in their own
+
+
+def graph_capturable(t: torch.Tensor) -> bool:
+    """Whether a multi-kernel plan on `t`'s device is to be wrapped in a GraphCall."""
+    return (MULTI_KERNEL == "graph" and t.is_cuda and not is_interpreter() and not _capturing[0]
+            and not torch.cuda.is_current_stream_capturing())
+
+
+class GraphCall:
+    """`fn(*args)` captured in a CUDA graph on static copies of the tensor arguments (same shapes
+    and strides); a call copies its tensors in, replays, and returns a copy of the
+    output, so that the caller owns it and the next replay does not overwrite it.  Called while
+    another GraphCall is being captured, it runs `fn` itself (into the other's graph)."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        self.fn = fn
+        self.slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.static = list(args)
+        for i in self.slots:
+            a = args[i]
+            self.static[i] = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        _capturing[0] += 1
+        try:
+            with torch.cuda.stream(side):  # compiles and tunes outside the capture
+                fn(*self.static)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = fn(*self.static)
+        finally:
+            _capturing[0] -= 1
+
+    def __call__(self, *args):
+        if _capturing[0]:
+            return self.fn(*args)
+        static = self.static
+        for i in self.slots:
+            static[i].copy_(args[i])
+        self.graph.replay()
+        return self.out.clone()

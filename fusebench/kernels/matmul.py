@@ -17,12 +17,18 @@ Kernels
   (deterministic, unlike atomics) and applies the epilogue.  A candidate of the same first-call
   timing as the TMA kernel.
 
+Host side: gemm() keeps a plan per problem key (shapes, strides, dtypes, device, pointer alignment,
+epilogue, policy): the implementation chosen, the config its autotuner chose (tuned_launch), the grid
+and the integer arguments, all decided at the key's first call.  A later call is one dict lookup,
+C's allocation and the launch through launch.Launch (TMA: three descriptors built unchecked).
+
 The epilogue switches (HAS_BIAS, HAS_RES, RELU) are runtime scalars, not constexprs: one compiled
 binary per (dtype, config) then serves all three matmul cases and the 1x1 convolutions, which
 keeps autotuning affordable.  They are branch-uniform and outside the K loop, so they cost nothing.
 """
 from __future__ import annotations
 
+import functools
 
 import torch
 import triton
@@ -31,9 +37,11 @@ import triton.language as tl
 from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer, next_pow2, num_sms
 from fusebench.kernels.device import is_interpreter as interpreting
+from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.gemm_utils import (
-    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note,
+    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note, tensor_key, tuned_launch,
 )
+from fusebench.kernels.launch import Launch
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
@@ -377,21 +385,6 @@ def splitk_slices(M: int, N: int, K: int) -> tuple[int, int]:
     return k_per_split, triton.cdiv(K, k_per_split)
 
 
-def _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags):
-    M, K = a.shape
-    N = b.shape[1]
-    k_per_split, splits = splitk_slices(M, N, K)
-    ws = torch.empty((splits, M, N), device=a.device, dtype=torch.float32)
-    _gemm_splitk_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)](
-        a, b, ws, M, N, K, k_per_split, splits, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        PRECISION=dot_precision(a.dtype))
-    bm, bn = (16, 32) if interpreting() else (32, 128)
-    _splitk_reduce_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
-        ws, c, bias_arg, res_arg, M, N, c.stride(0), c.stride(1), srm, srn, *flags,
-        SPLITS=splits, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
-    return c
-
-
 # ------------------------------------------------------------------------------------------------
 # Host side.
 
@@ -430,28 +423,46 @@ def _choice_key(a, b, c):
     return ("gemm", a.shape[0], b.shape[1], a.shape[1], a.dtype, a.stride(), b.stride(), c.stride(), a.device.index)
 
 
+# {problem key: plan}.  A plan is `plan(a, b, bias, residual, out) -> c`: it allocates C (unless
+# `out` is given) and launches, with the implementation, the autotuned config, the grid and every
+# integer argument fixed when the key was first met (gemm_with_plan).
+_PLANS: dict = {}
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
          relu: bool = False, out: torch.Tensor | None = None, impl: str | None = None) -> torch.Tensor:
     """out[M, N] = epilogue(a[M, K] @ b[K, N]) in one kernel; epilogue = + bias[N], + residual[M, N], relu.
 
     `out` may be any strided (M, N) view (the 1x1 convolutions write into an NHWC tensor).
+    A call whose key (tensor_key of the operands, relu, impl and the policy) was met before is one
+    dict lookup, C's allocation and the launch(es).
     """
+    plan = _PLANS.get((tensor_key(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL))
+    if plan is not None:
+        return plan(a, b, bias, residual, out)
+    return gemm_with_plan(a, b, bias, residual, relu, out, impl)[1]
+
+
+def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=None):
+    """(plan, C): gemm() made at a key's first call, with the plan it keeps for the key's later
+    calls (None where there is nothing to launch: an empty problem).  Chooses the implementation
+    (timing the candidates where several apply) and runs it through its autotuner.
+
+    A plan reads only the data pointers of the tensors it is given (the key fixed everything else),
+    so a caller may pass the tensors that its 2-D operands are views of (conv.py's 1x1 path)."""
     assert a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0], (a.shape, b.shape)
     assert a.dtype == b.dtype
+    key = (tensor_key(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL)
     M, K = a.shape
     N = b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype) if out is None else out
+    alloc = functools.partial(torch.empty, (M, N), device=a.device, dtype=a.dtype)
+    c = alloc() if out is None else out
     if M == 0 or N == 0:
-        return c
-    if K == 0:  # an empty sum: only the epilogue remains
+        return None, c
+    if K == 0:  # an empty sum: only the epilogue remains (not cached: nothing to launch)
         acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
         acc = acc + (bias.float() if bias is not None else 0) + (residual.float() if residual is not None else 0)
-        return c.copy_(torch.relu(acc) if relu else acc)
-    bias_arg = bias if bias is not None else c  # never read when HAS_BIAS == 0
-    res_arg = residual if residual is not None else c
-    # without a residual, pass C's strides: the same integer specialization, so the same binary
-    srm, srn = (residual.stride(0), residual.stride(1)) if residual is not None else (c.stride(0), c.stride(1))
-    flags = (int(bias is not None), int(residual is not None), int(relu))
+        return None, c.copy_(torch.relu(acc) if relu else acc)
     impl = impl or gemm_impl_for(a, b, c, residual)
     if impl == "auto":
         kw = dict(bias=bias, residual=residual, relu=relu, out=c)
@@ -461,32 +472,112 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
         if splitk_count(M, N, K) > 1:
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
         impl = fastest(_choice_key(a, b, c), candidates, device=a.device, source=source_hash(__name__))
-    if impl == "splitk":
-        return _gemm_splitk(a, b, c, bias_arg, res_arg, srm, srn, flags)
-    if impl == "tma":
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
-        dummy = [1, 1]
-        a_desc = TensorDescriptor.from_tensor(a, dummy)
-        b_desc = TensorDescriptor.from_tensor(b.t() if b_trans else b, dummy)
-        c_desc = TensorDescriptor.from_tensor(c, dummy)
-        sms = num_sms(a.device.index or 0)
+    build = {"splitk": _splitk_plan, "tma": _tma_plan}.get(impl, _ptr_plan)
+    plan = build(a, b, c, bias, residual, relu, alloc)  # runs this call
+    if impl == "splitk" and out is None and gu.graph_capturable(a):
+        plan = gu.GraphCall(plan, (a, b, bias, residual, None))
+    _PLANS[key] = plan
+    return plan, c
 
-        def grid(meta):
-            tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-            return (min(sms, tiles) if meta["PERSISTENT"] else tiles,)
 
-        _gemm_tma_kernel[grid](a_desc, b_desc, c_desc, bias_arg, res_arg, M, N, K, srm, srn, *flags,
-                               B_TRANS=b_trans, NUM_SMS=sms)
-        return c
+def _epilogue_args(c, bias, residual, relu):
+    """(bias pointer, residual pointer), then the residual's strides and the three flags.  Without a
+    bias or a residual C is passed in its place (never read), with C's strides: the same integer
+    specialization, so the same binary."""
+    res = residual if residual is not None else c
+    return ((bias if bias is not None else c, res),
+            (res.stride(0), res.stride(1), int(bias is not None), int(residual is not None), int(relu)))
+
+
+def _ptr_plan(a, b, c, bias, residual, relu, alloc):
+    M, K = a.shape
+    N = b.shape[1]
+    ptrs, tail = _epilogue_args(c, bias, residual, relu)
+    ints = (M, N, K, *a.stride(), *b.stride(), *c.stride(), *tail)
+    consts = dict(PRECISION=dot_precision(a.dtype))
 
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
-    _gemm_kernel[grid](a, b, c, bias_arg, res_arg, M, N, K,
-                       a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), srm, srn,
-                       *flags, PRECISION=dot_precision(a.dtype))
-    return c
+    args = (a, b, c, *ptrs, *ints)
+    _gemm_kernel[grid](*args, **consts)
+    launch = tuned_launch(_gemm_kernel, grid, args, consts)
+
+    def plan(a, b, bias, residual, out):
+        c = alloc() if out is None else out
+        launch(a, b, c, c if bias is None else bias, c if residual is None else residual, *ints)
+        return c
+
+    return plan
+
+
+def _tma_plan(a, b, c, bias, residual, relu, alloc):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    M, K = a.shape
+    N = b.shape[1]
+    b_trans = b.stride(1) != 1  # b is a transposed view of an (N, K) row-major matrix
+    b_mat = b.t() if b_trans else b
+    dummy = [1, 1]  # the autotuner's pre_hook sets each config's block shapes
+    descs = [TensorDescriptor.from_tensor(t, dummy) for t in (a, b_mat, c)]  # checks the operands once
+    ptrs, tail = _epilogue_args(c, bias, residual, relu)
+    ints = (M, N, K, *tail)
+    sms = num_sms(a.device.index or 0)
+    consts = dict(B_TRANS=b_trans, NUM_SMS=sms)
+
+    def grid(meta):
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        return (min(sms, tiles) if meta["PERSISTENT"] else tiles,)
+
+    args = (*descs, *ptrs, *ints)
+    _gemm_tma_kernel[grid](*args, **consts)
+    launch = tuned_launch(_gemm_tma_kernel, grid, args, consts)
+    cfg = _gemm_tma_kernel.best_config.kwargs
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    a_geo = ([M, K], list(a.stride()), [bm, bk])
+    b_geo = (list(b_mat.shape), list(b_mat.stride()), [bn, bk] if b_trans else [bk, bn])
+    c_geo = ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])
+    desc = gu.unchecked_descriptor
+
+    def plan(a, b, bias, residual, out):
+        c = alloc() if out is None else out
+        launch(desc(a, *a_geo), desc(b, *b_geo), desc(c, *c_geo), c if bias is None else bias,
+               c if residual is None else residual, *ints)
+        return c
+
+    return plan
+
+
+def _splitk_plan(a, b, c, bias, residual, relu, alloc):
+    M, K = a.shape
+    N = b.shape[1]
+    k_per_split, splits = splitk_slices(M, N, K)
+    ws_alloc = functools.partial(torch.empty, (splits, M, N), device=a.device, dtype=torch.float32)
+    ws = ws_alloc()
+    gemm_ints = (M, N, K, k_per_split, splits, *a.stride(), *b.stride())
+    consts = dict(PRECISION=dot_precision(a.dtype))
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)
+
+    args = (a, b, ws, *gemm_ints)
+    _gemm_splitk_kernel[grid](*args, **consts)
+    partials = tuned_launch(_gemm_splitk_kernel, grid, args, consts)
+    bm, bn = (16, 32) if interpreting() else (32, 128)
+    reduce = Launch(_splitk_reduce_kernel, (triton.cdiv(M, bm), triton.cdiv(N, bn)),
+                    dict(SPLITS=splits, BLOCK_M=bm, BLOCK_N=bn, num_warps=4))
+    ptrs, tail = _epilogue_args(c, bias, residual, relu)
+    reduce_ints = (M, N, *c.stride(), *tail)
+    reduce(ws, c, *ptrs, *reduce_ints)
+
+    def plan(a, b, bias, residual, out):
+        c = alloc() if out is None else out
+        ws = ws_alloc()
+        partials(a, b, ws, *gemm_ints)
+        reduce(ws, c, c if bias is None else bias, c if residual is None else residual, *reduce_ints)
+        return c
+
+    return plan
 
 
 # ------------------------------------------------------------------------------------------------

@@ -50,3 +50,22 @@ def run_case(case_name, shape, dtype, seed=0):
     out = KERNELS[case_name].fn(*args)
     check(case_name, out, args, dtype)
     return out
+
+
+def spy(monkeypatch, obj, name):
+    """Replace obj.name by a wrapper that counts its calls; returns the list of calls' args."""
+    calls = []
+    real = getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(obj, name, counted)
+    return calls
+
+
+def run_twice(case_name, shape, dtype):
+    """The registered kernel on two sets of fresh inputs of `shape` (seeds 0 and 1), each checked
+    against the reference: the second call takes the plan the first one kept."""
+    return [run_case(case_name, shape, dtype, seed=seed) for seed in (0, 1)]

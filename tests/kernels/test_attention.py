@@ -4,7 +4,7 @@ import torch
 
 from fusebench.cases.base import get_case
 import fusebench.kernels.attention as katt
-from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case
+from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case, run_twice, spy
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16"])
@@ -36,3 +36,24 @@ def test_gpu_attention(dtype, impl, monkeypatch, few_configs):
     for shape in [(2, 4, 1000, 64), (1, 2, 300, 128), (1, 2, 2048, 128)]:
         for causal in (0, 1):
             run_case("attention", (*shape, causal), dtype)
+
+
+def test_second_call_takes_the_plan(monkeypatch):
+    monkeypatch.setattr(katt, "_PLANS", {})
+    builds = spy(monkeypatch, katt, "_first_call")
+    tuner = spy(monkeypatch, katt._attn_fwd, "run")
+    run_twice("attention", (1, 2, 40, 16, 1), torch.float32)
+    assert (len(builds), len(tuner)) == (1, 1)
+    run_case("attention", (1, 2, 40, 16, 0), torch.float32)  # causal is part of the key
+    assert (len(builds), len(tuner)) == (2, 2)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("impl", ["ptr", "tma"])
+def test_gpu_attention_plans_on_fresh_tensors(impl, monkeypatch, few_configs):
+    monkeypatch.setattr(katt, "ATTN_IMPL", impl)
+    monkeypatch.setattr(katt, "_PLANS", {})
+    for shape in [(2, 4, 1000, 64, 0), (1, 2, 2048, 128, 1)]:
+        a, b = run_twice("attention", shape, torch.float16)
+        assert not torch.equal(a, b)

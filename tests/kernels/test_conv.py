@@ -7,7 +7,8 @@ import torch
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.conv as kconv
-from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case
+import fusebench.kernels.gemm_utils as gu
+from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case, run_twice, spy
 
 
 CONV_SHAPES = [(2, 8, 9, 9, 16, r, s, cl) for r, s, cl in itertools.product((3, 1), (1, 2), (0, 1))]
@@ -85,3 +86,56 @@ def test_gpu_conv(dtype, monkeypatch, few_configs):
             for path in _conv_paths(shape):
                 monkeypatch.setattr(kconv, "CONV_PATH", path)
                 run_case(name, shape, dtype)
+
+
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    for name in ("_PLANS", "_BN_PLANS", "_EPILOGUE_PLANS", "_FOLD_PLANS"):
+        monkeypatch.setattr(kconv, name, {})
+    monkeypatch.setattr(kconv, "CONV_PATH", "auto")
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "auto")
+
+
+@pytest.mark.parametrize("name", ["conv_relu", "conv_bn"])
+def test_second_call_takes_the_plan(name, monkeypatch, fresh_plans):
+    # channels_last 1x1: two paths (and for conv_bn two ways) to choose from; chosen once per key
+    choices = spy(monkeypatch, kconv, "fastest")
+    builds = [spy(monkeypatch, kconv, b) for b in ("_cudnn_plan", "_gemm1x1_plan", "_igemm_plan", "_bn_epilogue_plan",
+                                                    "_folded_plan")]
+    shape = (2, 8, 5, 5, 16, 1, 1, 1)
+    run_twice(name, shape, torch.float16)  # fp16: fp32 has one path (cuDNN)
+    made = (len(choices), sum(map(len, builds)))
+    assert made[0] >= 1 and made[1] >= 1
+    run_case(name, shape, torch.float16, seed=2)
+    assert (len(choices), sum(map(len, builds))) == made
+    run_case(name, (2, 8, 5, 5, 16, 3, 1, 1), torch.float16)  # another key: chosen and built again
+    assert len(choices) > made[0] and sum(map(len, builds)) > made[1]
+
+
+@pytest.mark.parametrize("path", ["gemm", "igemm", "cudnn"])
+def test_forced_paths_on_repeated_calls(path, monkeypatch, fresh_plans):
+    # the 1x1 GEMM's plan is given the 4-D tensors whose 2-D views it was made for
+    monkeypatch.setattr(kconv, "CONV_PATH", path)
+    for name in ["conv_add", "conv_relu", "conv_bn"]:
+        run_twice(name, (2, 8, 5, 5, 16, 1, 1, 1), torch.float16)
+
+
+def test_epilogue_and_fold_plans_reused(monkeypatch, fresh_plans):
+    made = spy(monkeypatch, kconv, "_epilogue_plan")
+    folds = spy(monkeypatch, kconv, "_fold_plan")
+    test_epilogue_kernel_layouts((2, 8, 9, 9, 16, 3, 1, 1))
+    test_epilogue_kernel_layouts((2, 8, 9, 9, 16, 3, 1, 1))
+    test_fold_bn_matches_batch_norm()
+    test_fold_bn_matches_batch_norm()
+    assert (len(made), len(folds)) == (1, 1)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("multi", ["launches", "graph"])
+def test_gpu_conv_plans_on_fresh_tensors(multi, monkeypatch, few_configs, fresh_plans):
+    monkeypatch.setattr(gu, "MULTI_KERNEL", multi)
+    for shape in [(4, 64, 56, 56, 64, 3, 1, 1), (4, 256, 14, 14, 1024, 1, 1, 1), (4, 512, 7, 7, 512, 3, 1, 0)]:
+        for name in ["conv_add", "conv_relu", "conv_bn"]:
+            a, b = run_twice(name, shape, torch.float16)
+            assert not torch.equal(a, b)

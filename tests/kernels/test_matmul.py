@@ -5,8 +5,11 @@ import torch
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.b2b as kb2b
+import fusebench.kernels.gemm_utils as gu
 import fusebench.kernels.matmul as kmm
-from compute_checks import DEVICE, DTYPES, ON_GPU, gpu, needs_gpu, run_case
+from fusebench.kernels.gemm_utils import tensor_key, tuned_launch
+from fusebench.kernels.launch import Launch
+from compute_checks import DEVICE, DTYPES, ON_GPU, gpu, needs_gpu, run_case, run_twice, spy
 
 
 def test_registered_with_describe_and_supports():
@@ -143,3 +146,122 @@ def test_gpu_matmul(dtype, impl, monkeypatch, few_configs):
 def test_gpu_matmul_matmul(dtype, few_configs):
     for shape in [(4096, 128, 128, 128), (1000, 256, 200, 100), (1000, 1024, 512, 256)]:
         run_case("matmul_matmul", shape, dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-call fast path: a plan per problem key, made once.
+
+
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    monkeypatch.setattr(kmm, "_PLANS", {})
+    monkeypatch.setattr(kb2b, "_PLANS", {})
+
+
+def _gemm_inputs(m, n, k, seed, offset=0):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    a = torch.randn(m * k + offset, generator=g, device=DEVICE)[offset:].view(m, k)
+    b = torch.randn(k, n, generator=g, device=DEVICE) / k ** 0.5
+    bias = torch.randn(n, generator=g, device=DEVICE)
+    return a, b, bias
+
+
+def test_second_call_takes_the_plan(monkeypatch, fresh_plans):
+    # "auto" with a timed choice: the choice, the autotuner and the plan builder run once per key
+    monkeypatch.setattr(kmm, "gemm_impl_for", lambda *a: "auto")
+    monkeypatch.setattr(kmm, "fastest", lambda key, cands, **kw: "ptr")
+    choices = spy(monkeypatch, kmm, "fastest")
+    tuner = spy(monkeypatch, kmm._gemm_kernel, "run")
+    builds = spy(monkeypatch, kmm, "_ptr_plan")
+    for seed in range(3):
+        a, b, bias = _gemm_inputs(37, 45, 29, seed)
+        out = kmm.gemm(a, b, bias=bias, relu=True)
+        torch.testing.assert_close(out, torch.relu(a @ b + bias), rtol=1e-4, atol=1e-4)
+    assert (len(choices), len(tuner), len(builds)) == (1, 1, 1)
+    # another key: its own plan, its own result
+    for shape, offset in [((20, 45, 29), 0), ((37, 45, 29), 1)]:  # another shape; a 4-byte-aligned a
+        a, b, bias = _gemm_inputs(*shape, 7, offset)
+        torch.testing.assert_close(kmm.gemm(a, b, bias=bias, relu=True), torch.relu(a @ b + bias), rtol=1e-4,
+                                   atol=1e-4)
+    assert (len(choices), len(tuner), len(builds)) == (3, 3, 3)
+    assert len(kmm._PLANS) == 3
+    kmm.gemm(a, b, bias=bias)  # the epilogue is part of the key too
+    assert len(builds) == 4
+
+
+def test_splitk_plan_reused(monkeypatch, fresh_plans):
+    builds = spy(monkeypatch, kmm, "_splitk_plan")
+    tuner = spy(monkeypatch, kmm._gemm_splitk_kernel, "run")
+    for seed in range(2):
+        a, b, bias = _gemm_inputs(37, 45, 300, seed)
+        res = torch.randn(37, 45, device=DEVICE)
+        out = kmm.gemm(a, b, bias=bias, residual=res, impl="splitk")
+        torch.testing.assert_close(out, a @ b + bias + res, rtol=1e-4, atol=1e-4)
+    assert (len(builds), len(tuner)) == (1, 1)
+
+
+def test_b2b_plan_reused(monkeypatch, fresh_plans):
+    builds = spy(monkeypatch, kb2b, "_fused_plan")
+    tuner = spy(monkeypatch, kb2b._b2b_kernel, "run")
+    run_twice("matmul_matmul", (37, 32, 29, 45), torch.float32)
+    assert (len(builds), len(tuner)) == (1, 1)
+    run_case("matmul_matmul", (20, 32, 29, 45), torch.float32)
+    assert (len(builds), len(tuner)) == (2, 2)
+
+
+def test_tuned_launch_takes_the_chosen_config_and_heuristics():
+    # the config the autotuner chose at its last run, and EVEN_K computed from it and K
+    a, b, bias = _gemm_inputs(37, 45, 29, 0)
+    c = torch.empty(37, 45)
+    args = (a, b, c, bias, c, 37, 45, 29, 29, 1, 45, 1, 45, 1, 45, 1, 1, 0, 0)
+    metas = []
+
+    def grid(meta):
+        metas.append(meta)
+        return (2 * 2,)  # 37 x 45 in 32 x 32 tiles
+
+    kmm._gemm_kernel[grid](*args, PRECISION="ieee")
+    launch = tuned_launch(kmm._gemm_kernel, grid, args, dict(PRECISION="ieee"))
+    cfg = kmm._gemm_kernel.best_config
+    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]) == (32, 32) and launch.grid == (4, 1, 1)
+    assert all(metas[-1][k] == v for k, v in cfg.kwargs.items())  # the grid saw the chosen config
+    assert launch.constants["EVEN_K"] is (29 % cfg.kwargs["BLOCK_K"] == 0)
+    assert launch.constants["num_warps"] == cfg.num_warps and launch.constants["PRECISION"] == "ieee"
+    assert launch.jit_fn is kmm._gemm_kernel.fn.fn  # under the autotuner and the heuristics
+    launch(*args)
+    torch.testing.assert_close(c, a @ b + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_key():
+    t = torch.zeros(64)
+    assert tensor_key(t[:32], t[32:]) == tensor_key(t[:32], t[:32])
+    assert tensor_key(t[1:33]) != tensor_key(t[:32])  # alignment
+    assert tensor_key(t.view(8, 8).t()) != tensor_key(t.view(8, 8))  # strides
+    assert tensor_key(None) == (None,)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("impl", ["ptr", "tma", "splitk", "auto"])
+def test_gpu_plans_on_fresh_tensors(impl, monkeypatch, few_configs, fresh_plans):
+    monkeypatch.setattr(kmm, "GEMM_IMPL", impl)
+    for name, shape in [("matmul_add", (1000, 1000, 1000)), ("matmul_add_relu", (128, 4096, 4000)),
+                        ("matmul_relu", (1024, 1024, 1024))]:
+        a, b = run_twice(name, shape, torch.float16)
+        assert not torch.equal(a, b)  # two results, not one buffer returned twice
+    # the plans of the wrappers' keys (out=None; "auto" also keeps each candidate's, called only when timed)
+    launches = [cell for key, plan in kmm._PLANS.items() if key[0][4] is None for cell in (plan.__closure__ or ())
+                if isinstance(cell.cell_contents, Launch)]
+    assert launches and all(c.cell_contents.kernel is not None for c in launches)  # the compiled fast path
+
+
+@gpu
+@needs_gpu
+def test_gpu_b2b_plans_and_graphs(monkeypatch, few_configs, fresh_plans):
+    for multi in ("launches", "graph"):
+        monkeypatch.setattr(gu, "MULTI_KERNEL", multi)
+        monkeypatch.setattr(kb2b, "_GRAPHS", {})
+        for shape in [(4096, 128, 128, 128), (1000, 1024, 512, 256)]:
+            a, b = run_twice("matmul_matmul", shape, torch.float16)
+            assert not torch.equal(a, b)
+        assert bool(kb2b._GRAPHS) == (multi == "graph")
