@@ -233,10 +233,15 @@ class _Launcher:
     """One kernel's call for one key: the plan, the Launch and its other arguments, the output's
     layout (launch None: an empty output)."""
 
-    __slots__ = ("plan", "launch", "rest", "shape", "stride", "dtype", "device")
+    __slots__ = ("plan", "launch", "rest", "shape", "stride", "dtype")
 
     def __call__(self, *inputs):
-        out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        # on the first input's device; its dtype unless `dtype` says otherwise (new_empty_strided
+        # with plain tuples: the cheapest allocation from Python)
+        if self.dtype is None:
+            out = inputs[0].new_empty_strided(self.shape, self.stride)
+        else:
+            out = inputs[0].new_empty_strided(self.shape, self.stride, dtype=self.dtype)
         if self.launch is not None:
             self.launch(*inputs, out, *self.rest)
         return out, self.plan
@@ -272,8 +277,10 @@ def _miss(k: _Kernel, plan, key, inputs):
         plan = autotune(tuner_key, cands, lambda p, *ops: _jit(k, p, ops), device, operands, source=_SOURCE())
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
     launcher = _Launcher()
-    launcher.plan, launcher.launch, launcher.rest, launcher.dtype, launcher.device = plan, None, (), dtype, device
-    launcher.shape, launcher.stride = k.output(plan, *inputs)[:2] if out.numel() else (shape, stride)
+    launcher.plan, launcher.launch, launcher.rest = plan, None, ()
+    launcher.dtype = None if dtype == inputs[0].dtype else dtype
+    shape, stride = k.output(plan, *inputs)[:2] if out.numel() else (shape, stride)
+    launcher.shape, launcher.stride = tuple(shape), tuple(stride)
     if out.numel():
         grid, launcher.rest, constants = k.args(plan, *operands)
         launcher.launch = Launch(k.kernel, grid, constants)
