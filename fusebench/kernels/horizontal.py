@@ -164,7 +164,8 @@ def _launch_for(a, with_cos: bool, with_max: bool, plan: RowPlan) -> tuple[Launc
                        dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)),
                 (M, N, sam, san))
     # split (the long-row plans of row_plans other than loop): the partials' workspace is written
-    # and read within a launch, so one per launcher serves every call
+    # and read within a launch, so one per launcher serves every call (one stream at a time, as
+    # the counters)
     ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
     return (Launch(_horizontal_split_kernel, (M * plan.splits,),
                    dict(BLOCK_N=plan.block_n, BLOCK_S=next_pow2(plan.splits), **flags)),
@@ -175,7 +176,7 @@ def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
     """Launch `plan` through the JIT (the tuner's launches).  Unused outputs get a harmless
     pointer: the constexpr flags remove every access to them."""
     launch, rest = _launch_for(a, out_cos is not None, out_max is not None, plan)
-    launch(a, out_sum, out_sum if out_max is None else out_max, out_sum if out_cos is None else out_cos, *rest)
+    launch.jit(a, out_sum, out_sum if out_max is None else out_max, out_sum if out_cos is None else out_cos, *rest)
 
 
 class _Launcher:

@@ -89,6 +89,11 @@ class Launch:
             return
         self._first(args)
 
+    def jit(self, *args) -> None:
+        """Launch through the JIT and keep nothing: a one-off launch (the tuner's, of each
+        candidate plan), which the binding of the fast path's arguments would only slow."""
+        self.jit_fn[self.grid](*args, **self.constants)
+
     def _first(self, args) -> None:
         """Launch through the JIT, and keep what the fast path needs when it can take it."""
         compiled = self.jit_fn[self.grid](*args, **self.constants)

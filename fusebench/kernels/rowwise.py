@@ -468,7 +468,7 @@ def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
     through the JIT (the tuner's launches: each plan once or a few times)."""
     kernel, rest = _launch_for(op, ins, plan)
     a = ins[0]
-    kernel(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, *rest)
+    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, *rest)
 
 
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")

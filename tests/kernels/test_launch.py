@@ -189,3 +189,12 @@ def test_gpu_second_call_takes_the_compiled_kernel(name, dtype, monkeypatch):
         check(name, IMPL[name](*args), args)
         (launcher,) = [found for cache in caches for found in cache.values()]
         assert launcher.launch.kernel is not None  # else every call pays Triton's JIT
+
+
+def test_a_one_off_launch_keeps_nothing():
+    x = torch.randn(100, device=DEVICE)
+    launch = Launch(_axpy, (1,), dict(BLOCK=128, num_warps=4))
+    out = torch.empty_like(x)
+    launch.jit(x, x, out, 100, 2.0)
+    torch.testing.assert_close(out, 3 * x)
+    assert launch.kernel is None and launch.run is None
