@@ -27,6 +27,11 @@ column-major output transposes `inp` and stores in the (N, M) orientation.  Eith
 (M, N) result (callers that need one layout ask for it with .contiguous()).  Column-major output
 with tiles in column order (column_order_plans) serves the tall tensors; with fewer rows
 (128x16384, 256x8192, ...) load hints serve instead (TRANSPOSED_HINTED_PLANS).
+
+Host work per call (`_call`): one dict lookup of a launcher keyed by the kernel, a forced plan and
+the inputs' shapes, strides, dtypes, device and alignment; the output's allocation; a launch
+through a launch.Launch.  Flattening, plan, grid and constexprs are decided for a new key only
+(the flat layout needs no views: a kernel takes only the tensors' addresses).
 """
 from __future__ import annotations
 

@@ -46,6 +46,12 @@ plans.vector_align) divides N and the row strides; rewriting them as multiples o
 compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row offsets are
 64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
 `even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
+
+Host work per call (`run`): one dict lookup of a launcher keyed by the op, a forced plan, the
+caller's `extra` and the tensors' shapes, strides, dtypes, device and 16-byte alignment
+(launch.signature), the output's allocation, and a launch through a launch.Launch, which calls the
+compiled kernel's launcher directly.  The plan, grid, constexprs and exchange buffer are decided
+when a key is first seen; the tuner is asked only then.
 """
 from __future__ import annotations
 
