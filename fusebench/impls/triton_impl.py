@@ -65,15 +65,15 @@ class Triton(Implementation):
                             note_after=lambda: kernel.describe(shape, dtype) if kernel.describe else None)
         # Kernels that choose a launch plan per shape return it with their outputs: the note says
         # which one ran (the heuristic's guess is `note`).
-        ran: list = []
+        run = kernel.run
+        ran = [None]  # the plan of the last call
 
         def fn(*args):
-            out, plan = kernel.run(*args)
-            ran[:] = [plan]
+            out, ran[0] = run(*args)
             return out
 
         def chosen():
-            plan = ran[-1] if ran else None
+            plan = ran[0]
             if plan is None:
                 return None
             return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()

@@ -25,7 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, next_pow2, num_sms
+from fusebench.kernels.launch import Launch, is_final, signature
 from fusebench.kernels.plans import (MAX_ONCHIP, RowPlan, as_2d_strided, loop_plan, row_plans, unique, vector_align,
                                       zeroed_counters)
 from fusebench.kernels.registry import triton_kernel
@@ -141,13 +143,11 @@ def _horizontal_split_kernel(a_ptr, sum_ptr, max_ptr, cos_ptr, ws_ptr, count_ptr
         tl.atomic_xchg(count_ptr + row, 0)
 
 
-def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
+def _launch_for(a, with_cos: bool, with_max: bool, plan: RowPlan) -> tuple[Launch, tuple]:
+    """(the Launch, the runtime arguments after the four tensors) for `plan` on an input laid out
+    as `a`; the split plan's workspace and counters are among them."""
     M, N = a.shape
     sam, san = a.stride()
-    with_cos, with_max = out_cos is not None, out_max is not None
-    # Unused outputs get a harmless pointer: the constexpr flags remove every access to them.
-    out_max = out_sum if out_max is None else out_max
-    out_cos = out_sum if out_cos is None else out_cos
     align = vector_align(a.element_size(), N, sam) if san == 1 else 1
     # Read-only (no cos output): `a` is loaded evict_first, so that L2 keeps what it held before
     # the call rather than lines never read again (the L2 flush leaves dirty lines that a plain
@@ -157,18 +157,50 @@ def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
     evict = "evict_first" if plan.evict_first or not with_cos else ""
     flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, EVICT=evict, num_warps=plan.num_warps)
     if plan.mode == "tile":
-        grid = (cdiv(M, plan.block_m),)
-        _horizontal_tile_kernel[grid](a, out_sum, out_max, out_cos, M, N, sam, san,
-                                      BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)
-    elif plan.mode == "loop":
-        _horizontal_loop_kernel[(plan.grid or cdiv(M, plan.block_m),)](
-            a, out_sum, out_max, out_cos, M, N, sam, san,
-            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)
-    else:  # split (the long-row plans of row_plans other than loop)
-        ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
-        _horizontal_split_kernel[(M * plan.splits,)](
-            a, out_sum, out_max, out_cos, ws, zeroed_counters(a.device, M), N, sam, san, plan.splits,
-            BLOCK_N=plan.block_n, BLOCK_S=next_pow2(plan.splits), **flags)
+        return (Launch(_horizontal_tile_kernel, (cdiv(M, plan.block_m),),
+                       dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, **flags)), (M, N, sam, san))
+    if plan.mode == "loop":
+        return (Launch(_horizontal_loop_kernel, (plan.grid or cdiv(M, plan.block_m),),
+                       dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, STAGES=plan.stages, **flags)),
+                (M, N, sam, san))
+    # split (the long-row plans of row_plans other than loop): the partials' workspace is written
+    # and read within a launch, so one per launcher serves every call (one stream at a time, as
+    # the counters)
+    ws = torch.empty((M * plan.splits, 2), dtype=torch.float32, device=a.device)
+    return (Launch(_horizontal_split_kernel, (M * plan.splits,),
+                   dict(BLOCK_N=plan.block_n, BLOCK_S=next_pow2(plan.splits), **flags)),
+            (ws, zeroed_counters(a.device, M), N, sam, san, plan.splits))
+
+
+def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
+    """Launch `plan` through the JIT (the tuner's launches).  Unused outputs get a harmless
+    pointer: the constexpr flags remove every access to them."""
+    launch, rest = _launch_for(a, out_cos is not None, out_max is not None, plan)
+    launch.jit(a, out_sum, out_sum if out_max is None else out_max, out_sum if out_cos is None else out_cos, *rest)
+
+
+class _Launcher:
+    """One case's call for one key: the plan, the Launch and its other arguments, the outputs'
+    shapes (launch None: no rows)."""
+
+    __slots__ = ("plan", "launch", "rest", "with_cos", "with_max", "rows", "shape", "stride")
+
+    def __call__(self, a):
+        # new_empty_strided with plain tuples: the cheapest allocation from Python
+        out_sum = a.new_empty_strided(self.rows, (1,))
+        if self.with_cos:
+            second = a.new_empty_strided(self.shape, self.stride)
+            if self.launch is not None:
+                self.launch(a, out_sum, out_sum, second, *self.rest)
+        else:
+            second = a.new_empty_strided(self.rows, (1,)) if self.with_max else None
+            if self.launch is not None:
+                self.launch(a, out_sum, second, out_sum, *self.rest)
+        return (out_sum, second), self.plan
+
+
+# (case, forced plan, max_onchip, the input's signature) -> its _Launcher
+_LAUNCHERS: dict[tuple, _Launcher] = {}
 
 
 def horizontal_plans(M, N, device, max_onchip=MAX_ONCHIP, with_cos=False, **kw):
@@ -199,29 +231,43 @@ def horizontal_plans(M, N, device, max_onchip=MAX_ONCHIP, with_cos=False, **kw):
 
 
 def _horizontal(name, a, with_cos, with_max, plan, max_onchip, return_plan=False):
-    a = as_2d_strided(a)
+    """The case's outputs (and the plan): one dict lookup of the key's launcher, the outputs'
+    allocation and a launch; a new key checks the input, asks the tuner and builds the launcher."""
+    key = (name, plan, max_onchip, signature(a))
+    found = _LAUNCHERS.get(key)
+    out, plan = found(a) if found is not None else _miss(name, a, with_cos, with_max, plan, max_onchip, key)
+    return (out, plan) if return_plan else out
+
+
+def _miss(name, a, with_cos, with_max, plan, max_onchip, key):
+    laid = as_2d_strided(a)
+    if laid is not a:  # an exotic view, copied: a key of its own
+        return _horizontal(name, laid, with_cos, with_max, plan, max_onchip, True)
     M, N = a.shape
-    out_sum = torch.empty((M,), dtype=a.dtype, device=a.device)
-    out_max = torch.empty((M,), dtype=a.dtype, device=a.device) if with_max else None
-    out_cos = torch.empty((M, N), dtype=a.dtype, device=a.device) if with_cos else None
     if N == 0:
         # sum over nothing is 0 (amax over nothing raises in PyTorch, as eager does)
         if with_max:
             raise RuntimeError("amax(): expected a non-empty reduction dimension")
-        out = out_sum.zero_(), out_cos
-        return (out, None) if return_plan else out
-    if M > 0:
-        def launch(p, *operands):
-            _launch(*operands, p)
-
-        operands = (a, out_sum, out_max, out_cos)
-        if plan is None:
-            plans = functools.partial(horizontal_plans, M, N, a.device, max_onchip=max_onchip,
-                                      with_cos=with_cos, elem_size=a.element_size())
-            plan = autotune((name, *key_of(a)), plans, launch, a.device, operands, n_outputs=3, source=_SOURCE())
-        launch(plan, *operands)
-    out = out_sum, (out_cos if with_cos else out_max)
-    return (out, plan) if return_plan else out
+        out_cos = torch.empty((M, N), dtype=a.dtype, device=a.device) if with_cos else None
+        return (torch.zeros((M,), dtype=a.dtype, device=a.device), out_cos), None
+    final = True
+    if M > 0 and plan is None:
+        operands = (a, torch.empty((M,), dtype=a.dtype, device=a.device),
+                    torch.empty((M,), dtype=a.dtype, device=a.device) if with_max else None,
+                    torch.empty((M, N), dtype=a.dtype, device=a.device) if with_cos else None)
+        cands = horizontal_plans(M, N, a.device, max_onchip=max_onchip, with_cos=with_cos,
+                                 elem_size=a.element_size())
+        tuner_key = (name, *key_of(a))
+        plan = autotune(tuner_key, cands, lambda p, *ops: _launch(*ops, p), a.device, operands, n_outputs=3,
+                        source=_SOURCE())
+        final = is_final(tuning.TUNER, tuner_key, a.device, len(cands))
+    launcher = _Launcher()
+    launcher.plan, launcher.with_cos, launcher.with_max = plan, with_cos, with_max
+    launcher.rows, launcher.shape, launcher.stride = (M,), (M, N), (N, 1)
+    launcher.launch, launcher.rest = _launch_for(a, with_cos, with_max, plan) if M > 0 else (None, ())
+    if final:
+        _LAUNCHERS[key] = launcher
+    return launcher(a)
 
 
 def horizontal_reduction_pointwise_impl(a: torch.Tensor, plan: RowPlan | None = None,

@@ -14,6 +14,9 @@ divisibility by 16) and each pointer's 16-byte alignment (`aligned16`).  The fir
 Under Triton's interpreter, while a launch hook is installed (profilers such as proton install
 one), or if the compiled kernel lacks the launcher this module expects, every call goes through
 the JIT.
+
+`signature` is the key's tensor part and `is_final` says whether a tuner's choice may be kept in a
+launcher: the kernels' launcher caches (rowwise, pointwise, horizontal) use both.
 """
 from __future__ import annotations
 
@@ -29,6 +32,30 @@ def aligned16(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
     return tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors)
 
 
+def signature(*tensors: torch.Tensor) -> tuple:
+    """Each tensor's shape, strides, dtype, device and 16-byte alignment, as one flat tuple: the
+    part of a launcher's key that its tensors decide."""
+    key: list = []
+    for t in tensors:
+        key += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+    return tuple(key)
+
+
+def is_final(tuner, tuner_key, device, n_candidates: int) -> bool:
+    """Whether the plan the tuner just returned for `tuner_key` is the one every later call would
+    get, so that a launcher may keep it: one candidate, a device the tuner never times on (the CPU,
+    the interpreter), or a choice the tuner remembers.  Not so on a GPU while tuning is off or a
+    CUDA graph is being captured: the tuner then returns its first candidate untimed."""
+    return (n_candidates == 1 or torch.device(device).type != "cuda" or dev.is_interpreter()
+            or tuner_key in tuner.choices)
+
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a Triton without knobs: no way to tell whether hooks are installed
+    _knobs = None
+
+
 def _hook_set(hook) -> bool:
     # Triton keeps launch hooks in a HookChain, empty (not None) when none is installed.
     calls = getattr(hook, "calls", None)
@@ -36,11 +63,10 @@ def _hook_set(hook) -> bool:
 
 
 def _hooks_installed() -> bool:
-    try:
-        from triton import knobs
-    except ImportError:  # a Triton without knobs: no way to tell, so take the JIT path
+    if _knobs is None:
         return True
-    return _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
+    runtime = _knobs.runtime
+    return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
 
 
 class Launch:
@@ -48,25 +74,31 @@ class Launch:
     num_warps), called with the runtime arguments in signature order.  Runtime arguments must
     come first in the kernel's signature and be passed positionally."""
 
-    __slots__ = ("jit_fn", "grid", "constants", "kernel", "tail", "n_args", "stream_of", "device")
+    __slots__ = ("jit_fn", "grid", "constants", "kernel", "run", "head", "tail", "n_args", "stream_of", "device")
 
     def __init__(self, jit_fn, grid: Sequence[int], constants: dict):
         self.jit_fn = jit_fn
         self.grid = (tuple(grid) + (1, 1))[:3]
         self.constants = constants
         self.kernel = None  # the compiled kernel once the first call has made it
+        self.run = None  # its launcher
+        self.head: tuple = ()  # what the launcher takes between the stream and the arguments
         self.tail: tuple = ()
         self.n_args = 0
         self.stream_of = None
         self.device = None
 
     def __call__(self, *args) -> None:
-        kernel = self.kernel
-        if kernel is not None and len(args) == self.n_args and not _hooks_installed():
-            kernel.run(self.grid[0], self.grid[1], self.grid[2], self.stream_of(self.device), kernel.function,
-                       kernel.packed_metadata, None, None, None, *args, *self.tail)
+        if self.run is not None and len(args) == self.n_args and not _hooks_installed():
+            grid = self.grid
+            self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *args, *self.tail)
             return
         self._first(args)
+
+    def jit(self, *args) -> None:
+        """Launch through the JIT and keep nothing: a one-off launch (the tuner's, of each
+        candidate plan), which the binding of the fast path's arguments would only slow."""
+        self.jit_fn[self.grid](*args, **self.constants)
 
     def _first(self, args) -> None:
         """Launch through the JIT, and keep what the fast path needs when it can take it."""
@@ -84,5 +116,7 @@ class Launch:
             return
         if not callable(run):
             return
+        # (function, packed metadata, launch metadata, enter hook, exit hook): no hooks on this path
+        self.head = (compiled.function, compiled.packed_metadata, None, None, None)
         self.tail, self.n_args = tuple(bound[len(args):]), len(args)
-        self.stream_of, self.device, self.kernel = stream_of, device, compiled
+        self.stream_of, self.device, self.kernel, self.run = stream_of, device, compiled, run

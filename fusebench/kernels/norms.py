@@ -220,20 +220,13 @@ def norm_chain_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
 
 def layernorm_run(x, weight, bias, plan=None, max_onchip=plans.MAX_ONCHIP):
     """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with)."""
-    x = plans.as_2d_strided(x)
-    N = x.shape[1]
-    if weight.shape != (N,) or bias.shape != (N,):
-        raise ValueError(f"weight and bias must have shape ({N},)")
-    # Kernels index weight and bias as dense vectors (a strided 1-D view is copied: N elements).
-    prm = (weight.contiguous(), bias.contiguous())
-    cands = functools.partial(layernorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    return rowwise.run(LAYERNORM, (x,), prm, cands, plan, _SOURCE())
+    return rowwise.run(LAYERNORM, (x,), (weight, bias), lambda: layernorm_plans(
+        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
 
 
 def norm_chain_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
-    x = plans.as_2d_strided(x)
-    cands = functools.partial(norm_chain_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    return rowwise.run(NORM_CHAIN, (x,), (), cands, plan, _SOURCE())
+    return rowwise.run(NORM_CHAIN, (x,), (), lambda: norm_chain_plans(
+        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: plans.RowPlan | None = None,

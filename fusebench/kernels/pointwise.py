@@ -27,17 +27,25 @@ column-major output transposes `inp` and stores in the (N, M) orientation.  Eith
 (M, N) result (callers that need one layout ask for it with .contiguous()).  Column-major output
 with tiles in column order (column_order_plans) serves the tall tensors; with fewer rows
 (128x16384, 256x8192, ...) load hints serve instead (TRANSPOSED_HINTED_PLANS).
+
+Host work per call (`_call`): one dict lookup of a launcher keyed by the kernel, a forced plan and
+the inputs' shapes, strides, dtypes, device and alignment; the output's allocation; a launch
+through a launch.Launch.  Flattening, plan, grid and constexprs are decided for a new key only
+(the flat layout needs no views: a kernel takes only the tensors' addresses).
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
+from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, num_sms
+from fusebench.kernels.launch import Launch, is_final, signature
 from fusebench.kernels.plans import TilePlan, as_2d_strided, tile_2d_plans, unique, vector_align
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import autotune, key_of, source_hash
@@ -205,16 +213,91 @@ def _flat(*ts: torch.Tensor):
     return None
 
 
-def _run(name, operands, launch, plan):
-    """`launch(plan, *operands)` (the inputs, then the output); without a plan, the autotuned tile
-    for these operands.  Returns the plan launched."""
-    out = operands[-1]
-    if plan is None:
-        M, N = out.shape
-        plans = functools.partial(element_wise_plans, M, N, out.device, traffic_bytes(*operands))
-        plan = autotune((name, *key_of(*operands)), plans, launch, out.device, operands, source=_SOURCE())
-    launch(plan, *operands)
-    return plan
+@dataclass(frozen=True)
+class _Kernel:
+    """What the launcher cache needs of one element-wise kernel.
+
+    `args(plan, *operands)`: (grid, the runtime arguments after the tensors, the constexprs and
+    options) for the operands (inputs, then the output) as the kernel sees them.  `check(*inputs)`:
+    the inputs laid out for the kernel (plans.as_2d_strided), or ValueError.  `output(plan,
+    *inputs)`: the output's shape, strides and dtype (plan None: as the tuner's launches get it).
+    `plans(M, N, device, traffic)`: the candidates.  `flat`: contiguous operands of one shape are
+    seen as one row.  `key_output`: the tuner's key names the output too."""
+
+    name: str
+    kernel: object
+    args: Callable
+    check: Callable
+    output: Callable
+    plans: Callable
+    flat: bool = True
+    key_output: bool = True
+
+
+class _Launcher:
+    """One kernel's call for one key: the plan, the Launch and its other arguments, the output's
+    layout (launch None: an empty output)."""
+
+    __slots__ = ("plan", "launch", "rest", "shape", "stride", "dtype")
+
+    def __call__(self, *inputs):
+        # on the first input's device; its dtype unless `dtype` says otherwise (new_empty_strided
+        # with plain tuples: the cheapest allocation from Python)
+        if self.dtype is None:
+            out = inputs[0].new_empty_strided(self.shape, self.stride)
+        else:
+            out = inputs[0].new_empty_strided(self.shape, self.stride, dtype=self.dtype)
+        if self.launch is not None:
+            self.launch(*inputs, out, *self.rest)
+        return out, self.plan
+
+
+# (kernel name, forced plan, the inputs' signature) -> its _Launcher
+_LAUNCHERS: dict[tuple, _Launcher] = {}
+
+
+def _call(k: _Kernel, plan, *inputs):
+    """(output, plan) of kernel `k` on `inputs`: one dict lookup of the key's launcher, an output
+    allocation and a launch; a new key checks the inputs, asks the tuner and builds the launcher."""
+    key = (k.name, plan, signature(*inputs))
+    found = _LAUNCHERS.get(key)
+    if found is None:
+        return _miss(k, plan, key, inputs)
+    return found(*inputs)
+
+
+def _miss(k: _Kernel, plan, key, inputs):
+    laid = k.check(*inputs)
+    if any(t is not u for t, u in zip(laid, inputs)):  # an exotic view, copied: a key of its own
+        return _call(k, plan, *laid)
+    device = inputs[0].device
+    shape, stride, dtype = k.output(None, *inputs)
+    out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    operands = (k.flat and _flat(*inputs, out)) or (*inputs, out)
+    final = True
+    if out.numel() and plan is None:
+        M, N = operands[0].shape
+        cands = k.plans(M, N, device, traffic_bytes(*operands))
+        tuner_key = (k.name, *key_of(*(operands if k.key_output else operands[:-1])))
+        plan = autotune(tuner_key, cands, lambda p, *ops: _jit(k, p, ops), device, operands, source=_SOURCE())
+        final = is_final(tuning.TUNER, tuner_key, device, len(cands))
+    launcher = _Launcher()
+    launcher.plan, launcher.launch, launcher.rest = plan, None, ()
+    launcher.dtype = None if dtype == inputs[0].dtype else dtype
+    shape, stride = k.output(plan, *inputs)[:2] if out.numel() else (shape, stride)
+    launcher.shape, launcher.stride = tuple(shape), tuple(stride)
+    if out.numel():
+        grid, launcher.rest, constants = k.args(plan, *operands)
+        launcher.launch = Launch(k.kernel, grid, constants)
+    if final:
+        _LAUNCHERS[key] = launcher
+    return launcher(*inputs)
+
+
+def _jit(k: _Kernel, plan, operands) -> None:
+    """Launch `k` with `plan` through the JIT (the tuner's launches)."""
+    grid, rest, constants = k.args(plan, *operands)
+    k.kernel[grid](*operands, *rest, **constants)
 
 
 # Tensors of at most HINTED_MAX_BYTES of traffic (a few L2s) also try the heuristic's first two
@@ -253,59 +336,92 @@ def _grid_kind(M, N, p: TilePlan) -> str:
     return "cols" if M <= p.block_m else "rows" if N <= p.block_n else "both"
 
 
+def _tiles(M, N, p: TilePlan) -> dict:
+    return dict(BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), EVICT=p.evict,
+                num_warps=p.num_warps)
+
+
+def _same_shape(*inputs):
+    return tuple(as_2d_strided(t) for t in inputs)
+
+
+def _like(dtype_of):
+    """output(): a contiguous tensor of the first input's shape, of dtype `dtype_of(*inputs)`."""
+    def output(plan, first, *others):
+        return first.shape, (first.shape[1], 1), dtype_of(first, *others)
+    return output
+
+
+def _chain_args(p, x, y):
+    M, N = y.shape
+    return _grid(M, N, p), (M, N, *x.stride(), y.stride(0)), dict(ALIGN=_align(N, x, y), **_tiles(M, N, p))
+
+
+_CHAIN = _Kernel("pointwise_chain", _pointwise_chain_kernel, _chain_args, _same_shape,
+                 _like(lambda x: x.dtype), element_wise_plans)
+
+
+def pointwise_chain_run(x: torch.Tensor, plan: TilePlan | None = None):
+    """(y, the plan it ran with)."""
+    return _call(_CHAIN, plan, x)
+
+
 def pointwise_chain_impl(x: torch.Tensor, plan: TilePlan | None = None, return_plan: bool = False):
-    x = as_2d_strided(x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if x.numel() == 0:
-        return (y, None) if return_plan else y
-    xs, ys = _flat(x, y) or (x, y)
-    M, N = ys.shape
-
-    def launch(p, x, y):
-        _pointwise_chain_kernel[_grid(M, N, p)](x, y, M, N, *x.stride(), y.stride(0), ALIGN=_align(N, x, y),
-                                                BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
-                                                EVICT=p.evict, num_warps=p.num_warps)
-
-    plan = _run("pointwise_chain", (xs, ys), launch, plan)
+    y, plan = _call(_CHAIN, plan, x)
     return (y, plan) if return_plan else y
+
+
+def _gelu_check(inp, bias):
+    inp = as_2d_strided(inp)
+    if bias.shape != (inp.shape[1],):
+        raise ValueError(f"bias must have shape ({inp.shape[1]},), got {tuple(bias.shape)}")
+    return inp, bias
+
+
+def _gelu_args(p, x, b, out):
+    M, N = x.shape
+    return (_grid(M, N, p), (M, N, *x.stride(), b.stride(0), N),
+            dict(ALIGN=_align(N, x, out), **_tiles(M, N, p)))
+
+
+_GELU = _Kernel("bias_gelu", _bias_gelu_kernel, _gelu_args, _gelu_check, _like(torch.result_type),
+                element_wise_plans, flat=False)
+
+
+def bias_gelu_run(inp: torch.Tensor, bias: torch.Tensor, plan: TilePlan | None = None):
+    return _call(_GELU, plan, inp, bias)
 
 
 def bias_gelu_impl(inp: torch.Tensor, bias: torch.Tensor, plan: TilePlan | None = None, return_plan: bool = False):
-    inp = as_2d_strided(inp)
-    M, N = inp.shape
-    if bias.shape != (N,):
-        raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
-    y = torch.empty((M, N), dtype=torch.result_type(inp, bias), device=inp.device)
-    if y.numel() == 0:
-        return (y, None) if return_plan else y
-
-    def launch(p, x, b, out):
-        _bias_gelu_kernel[_grid(M, N, p)](x, b, out, M, N, *x.stride(), b.stride(0), N, ALIGN=_align(N, x, out),
-                                          BLOCK_M=p.block_m, BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p),
-                                          EVICT=p.evict, num_warps=p.num_warps)
-
-    plan = _run("bias_gelu", (inp, bias, y), launch, plan)
+    y, plan = _call(_GELU, plan, inp, bias)
     return (y, plan) if return_plan else y
+
+
+def _bda_check(inp, bias, residual):
+    laid = _same_shape(inp, bias, residual)
+    if not laid[0].shape == laid[1].shape == laid[2].shape:
+        raise ValueError("inp, bias and residual must have one shape")
+    return laid
+
+
+def _bda_args(p, x, b, r, out):
+    M, N = out.shape
+    return (_grid(M, N, p), (M, N, *x.stride(), *b.stride(), *r.stride(), out.stride(0)),
+            dict(ALIGN=_align(N, x, b, r, out), **_tiles(M, N, p)))
+
+
+_BDA = _Kernel("bias_dropout_add", _bias_dropout_add_kernel, _bda_args, _bda_check,
+               _like(lambda x, b, r: torch.result_type(r, x)), element_wise_plans)
+
+
+def bias_dropout_add_run(inp: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
+                         plan: TilePlan | None = None):
+    return _call(_BDA, plan, inp, bias, residual)
 
 
 def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
                           plan: TilePlan | None = None, return_plan: bool = False):
-    inp, bias, residual = (as_2d_strided(t) for t in (inp, bias, residual))
-    if not inp.shape == bias.shape == residual.shape:
-        raise ValueError("inp, bias and residual must have one shape")
-    y = torch.empty(inp.shape, dtype=torch.result_type(residual, inp), device=inp.device)
-    if y.numel() == 0:
-        return (y, None) if return_plan else y
-    xs, bs, rs, ys = _flat(inp, bias, residual, y) or (inp, bias, residual, y)
-    M, N = ys.shape
-
-    def launch(p, x, b, r, out):
-        _bias_dropout_add_kernel[_grid(M, N, p)](x, b, r, out, M, N, *x.stride(), *b.stride(), *r.stride(),
-                                                 out.stride(0), ALIGN=_align(N, x, b, r, out), BLOCK_M=p.block_m,
-                                                 BLOCK_N=p.block_n, GRID=_grid_kind(M, N, p), EVICT=p.evict,
-                                                 num_warps=p.num_warps)
-
-    plan = _run("bias_dropout_add", (xs, bs, rs, ys), launch, plan)
+    y, plan = _call(_BDA, plan, inp, bias, residual)
     return (y, plan) if return_plan else y
 
 
@@ -360,33 +476,43 @@ def transposed_plans(M: int, N: int, device, traffic: int) -> list[TilePlan]:
                         + column_order_plans(M))
 
 
+def _bdat_check(inp, bias_t, residual_t):
+    laid = _same_shape(inp, bias_t, residual_t)
+    M, N = laid[0].shape
+    if laid[1].shape != (N, M) or laid[2].shape != (N, M):
+        raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
+    return laid
+
+
+def _bdat_output(plan, inp, bias_t, residual_t):
+    # row-major (M, N), or column-major: stored (N, M), as plan.out_t says (see the module docstring)
+    M, N = inp.shape
+    stride = (1, M) if plan is not None and plan.out_t else (N, 1)
+    return inp.shape, stride, torch.result_type(residual_t, inp)
+
+
+def _bdat_args(p, x, bt, rt, out):
+    M, N = x.shape
+    return (_grid(M, N, p), (M, N, *x.stride(), *bt.stride(), *rt.stride(), M if p.out_t else N),
+            dict(ALIGN_N=_align(N, x), ALIGN_M=_align(M, bt, rt), BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+                 GROUP_M=p.group_m, OUT_T=p.out_t, EVICT=p.evict, num_warps=p.num_warps))
+
+
+_BDAT = _Kernel("bias_dropout_add_transposed", _bias_dropout_add_transposed_kernel, _bdat_args, _bdat_check,
+                _bdat_output, transposed_plans, flat=False, key_output=False)
+
+
+def bias_dropout_add_transposed_run(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
+                                    plan: TilePlan | None = None):
+    return _call(_BDAT, plan, inp, bias_t, residual_t)
+
+
 def bias_dropout_add_transposed_impl(inp: torch.Tensor, bias_t: torch.Tensor, residual_t: torch.Tensor,
                                      plan: TilePlan | None = None, return_plan: bool = False):
     """residual_t.T + (inp + bias_t.T) as an (M, N) tensor, row- or column-major as the plan says
     (see the module docstring)."""
-    inp, bias_t, residual_t = (as_2d_strided(t) for t in (inp, bias_t, residual_t))
-    M, N = inp.shape
-    if bias_t.shape != (N, M) or residual_t.shape != (N, M):
-        raise ValueError(f"bias_t and residual_t must have shape ({N}, {M})")
-    # One buffer for either layout: the plan decides how the kernel fills it and how it is viewed.
-    buf = torch.empty(M * N, dtype=torch.result_type(residual_t, inp), device=inp.device)
-    if buf.numel() == 0:
-        return (buf.view(M, N), None) if return_plan else buf.view(M, N)
-
-    def launch(p, x, bt, rt, out):
-        _bias_dropout_add_transposed_kernel[_grid(M, N, p)](
-            x, bt, rt, out, M, N, *x.stride(), *bt.stride(), *rt.stride(), M if p.out_t else N,
-            ALIGN_N=_align(N, x), ALIGN_M=_align(M, bt, rt), BLOCK_M=p.block_m, BLOCK_N=p.block_n,
-            GROUP_M=p.group_m, OUT_T=p.out_t, EVICT=p.evict, num_warps=p.num_warps)
-
-    operands = (inp, bias_t, residual_t, buf)
-    if plan is None:
-        plan = autotune(("bias_dropout_add_transposed", *key_of(inp, bias_t, residual_t)),
-                              functools.partial(transposed_plans, M, N, inp.device, traffic_bytes(*operands)), launch,
-                        inp.device, operands, source=_SOURCE())
-    launch(plan, *operands)
-    out = buf.view(N, M).t() if plan.out_t else buf.view(M, N)
-    return (out, plan) if return_plan else out
+    y, plan = _call(_BDAT, plan, inp, bias_t, residual_t)
+    return (y, plan) if return_plan else y
 
 
 def _describe_tiles(shape, dtype):
@@ -394,25 +520,25 @@ def _describe_tiles(shape, dtype):
 
 
 @triton_kernel("pointwise_chain", interpretable=True, describe=_describe_tiles,
-               run=functools.partial(pointwise_chain_impl, return_plan=True))
+               run=pointwise_chain_run)
 def pointwise_chain(x):
     return pointwise_chain_impl(x)
 
 
 @triton_kernel("bias_gelu", interpretable=True, describe=_describe_tiles,
-               run=functools.partial(bias_gelu_impl, return_plan=True))
+               run=bias_gelu_run)
 def bias_gelu(inp, bias):
     return bias_gelu_impl(inp, bias)
 
 
 @triton_kernel("bias_dropout_add", interpretable=True, describe=_describe_tiles,
-               run=functools.partial(bias_dropout_add_impl, return_plan=True))
+               run=bias_dropout_add_run)
 def bias_dropout_add(inp, bias, residual):
     return bias_dropout_add_impl(inp, bias, residual)
 
 
 @triton_kernel("bias_dropout_add_transposed", interpretable=True,
                describe=lambda shape, dtype: "transpose-aware tiles, row- or column-major output",
-               run=functools.partial(bias_dropout_add_transposed_impl, return_plan=True))
+               run=bias_dropout_add_transposed_run)
 def bias_dropout_add_transposed(inp, bias_t, residual_t):
     return bias_dropout_add_transposed_impl(inp, bias_t, residual_t)

@@ -46,6 +46,12 @@ plans.vector_align) divides N and the row strides; rewriting them as multiples o
 compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row offsets are
 64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
 `even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
+
+Host work per call (`run`): one dict lookup of a launcher keyed by the op, a forced plan, the
+caller's `extra` and the tensors' shapes, strides, dtypes, device and 16-byte alignment
+(launch.signature), the output's allocation, and a launch through a launch.Launch, which calls the
+compiled kernel's launcher directly.  The plan, grid, constexprs and exchange buffer are decided
+when a key is first seen; the tuner is asked only then.
 """
 from __future__ import annotations
 
@@ -59,6 +65,7 @@ import triton.language as tl
 
 from fusebench.kernels import device, exchange, plans, tuning
 from fusebench.kernels.exchange import collect, coop_layout, exchange_finish, exchange_slots, publish, within
+from fusebench.kernels.launch import Launch, is_final, signature
 
 
 class Mode(enum.Enum):
@@ -405,15 +412,14 @@ def steps(op: RowOp, mode: Mode) -> dict:
     return {arg: getattr(op, field) for arg, field in _STEPS[mode].items()}
 
 
-def _args(op: RowOp, ins, prm, out):
+def _args(op: RowOp, ins):
+    """(M, N, a's row and column strides, b's, the output's row stride) and ALIGN for `ins`."""
     a = ins[0]
     b = ins[1] if op.inputs > 1 else a
-    w, v = (prm[0], prm[1]) if op.n_params else (a, a)
     M, N = a.shape
-    strides = (*a.stride(), *b.stride(), N)  # the output is contiguous
     unit = all(t.stride(1) == 1 for t in ins)
     align = plans.vector_align(a.element_size(), N, *(t.stride(0) for t in ins)) if unit else 1
-    return (a, b, w, v, out), (M, N, *strides, op.eps), align
+    return (M, N, *a.stride(), *b.stride(), N), align  # the output is contiguous
 
 
 def _tile(op, plan, M, N, dev):
@@ -446,35 +452,111 @@ def _coop(op, plan, M, N, dev):
 _LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
 
 
-def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
-    """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` with `plan`."""
+def _launch_for(op: RowOp, ins, plan: plans.RowPlan) -> tuple[Launch, tuple]:
+    """(the Launch, the runtime arguments after the five tensors) of `op` with `plan` on inputs
+    laid out as `ins` (2-D, one shape); the cooperative plans' exchange buffer is among them."""
     mode = next((m for m in op.modes if m.value == plan.mode), None)
     if mode is None:
         raise ValueError(f"{op.name} has no {plan.mode} plan")
-    ptrs, dims, align = _args(op, ins, prm, out)
-    grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], out.device)
+    dims, align = _args(op, ins)
+    device = ins[0].device
+    grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], device)
+    rest = (*dims, op.eps)
     if mode is Mode.COOP:  # the exchange buffer, and its size in words
-        sync = exchange.exchange_buffer(out.device, plan.grid)
-        ptrs, dims = (*ptrs, sync, sync.numel()), (*dims, plan.splits)
-    KERNELS[mode][(grid,)](*ptrs, *dims, **steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n,
-                           num_warps=plan.num_warps, **meta)
+        sync = exchange.exchange_buffer(device, plan.grid)
+        rest = (sync, sync.numel(), *rest, plan.splits)
+    constants = dict(steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps, **meta)
+    return Launch(KERNELS[mode], (grid,), constants), rest
+
+
+def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
+    """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` with `plan`,
+    through the JIT (the tuner's launches: each plan once or a few times)."""
+    kernel, rest = _launch_for(op, ins, plan)
+    a = ins[0]
+    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, *rest)
 
 
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
 
 
-def run(op: RowOp, ins, prm, candidates: Callable[[], list], plan: plans.RowPlan | None, source: str):
-    """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among `candidates()`."""
-    out = torch.empty(ins[0].shape, dtype=ins[0].dtype, device=ins[0].device)
-    if out.numel() == 0:
-        return out, plan
-    if plan is None:
-        key = (op.name, *tuning.key_of(*ins, *prm))
-        plan = tuning.autotune(key, candidates, lambda p, *operands: launch(op, operands[:op.inputs],
-                               operands[op.inputs:-1], operands[-1], p), out.device, (*ins, *prm, out),
-                               source=source)
-    launch(op, ins, prm, out, plan)
-    return out, plan
+class _Launcher:
+    """Everything a call of one op on one key needs besides its tensors: the plan, the Launch
+    and its other arguments, the output's shape and strides (launch None: an empty output)."""
+
+    __slots__ = ("plan", "launch", "rest", "shape", "stride", "two")
+
+    def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None):
+        a = ins[0]
+        M, N = a.shape
+        # plain tuples: new_empty_strided parses them faster than torch.Size (~1 us a call)
+        self.plan, self.shape, self.stride = plan, (M, N), (N, 1)
+        self.two = op.inputs > 1
+        self.launch, self.rest = _launch_for(op, ins, plan) if a.numel() else (None, ())
+
+    def __call__(self, ins, prm):
+        a = ins[0]
+        out = a.new_empty_strided(self.shape, self.stride)  # contiguous, a's dtype and device
+        if self.launch is not None:
+            b = ins[1] if self.two else a
+            if prm:
+                self.launch(a, b, prm[0], prm[-1], out, *self.rest)
+            else:
+                self.launch(a, b, a, a, out, *self.rest)
+        return out, self.plan
+
+
+# (op name, forced plan, the caller's `extra`, the tensors' signature) -> its _Launcher
+_LAUNCHERS: dict[tuple, _Launcher] = {}
+
+
+def run(op: RowOp, ins, prm, candidates: Callable[[], list], plan: plans.RowPlan | None, source,
+        extra=None):
+    """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among `candidates()`.
+
+    A call is one dict lookup of a launcher keyed by the op, `plan`, `extra` (whatever else decides
+    the candidates: the wrappers pass their max_onchip) and the tensors' shapes, strides, dtypes,
+    device and alignment, an output allocation and a launch.  Only a new key checks the operands,
+    calls `candidates()` and the tuner, and evaluates `source` (the code's hash, or a function
+    returning it) -- so `candidates` must depend on nothing the key leaves out."""
+    key = (op.name, plan, extra, signature(*ins, *prm))
+    found = _LAUNCHERS.get(key)
+    if found is None:
+        return _miss(op, ins, prm, candidates, plan, source, extra, key)
+    return found(ins, prm)
+
+
+def _miss(op: RowOp, ins, prm, candidates, plan, source, extra, key):
+    """run() for a key without a launcher: check the operands, choose the plan, keep the launcher
+    where the choice is final (launch.is_final)."""
+    ins = tuple(ins)
+    if len(ins) != op.inputs or len(prm) != op.n_params:
+        raise ValueError(f"{op.name} takes {op.inputs} row input(s) and {op.n_params} parameter vector(s)")
+    laid = tuple(plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
+    N = laid[0].shape[1]
+    if any(t.shape != laid[0].shape for t in laid):
+        raise ValueError(f"{op.name}: inputs of shapes {[tuple(t.shape) for t in laid]} differ in shape")
+    if any(p.shape != (N,) for p in prm):
+        raise ValueError(f"{op.name}: parameter vectors must have shape ({N},), got {[tuple(p.shape) for p in prm]}")
+    # Kernels index the parameters as dense vectors (a strided 1-D view is copied: N elements).
+    dense = tuple(p.contiguous() for p in prm)
+    if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
+        # An exotic layout: the copies have a key (and a launcher) of their own.
+        return run(op, laid, dense, candidates, plan, source, extra)
+    final = True
+    if plan is None and ins[0].numel():
+        cands = candidates()
+        device = ins[0].device
+        tuner_key = (op.name, *tuning.key_of(*ins, *prm))
+        out = torch.empty(ins[0].shape, dtype=ins[0].dtype, device=device)
+        plan = tuning.autotune(tuner_key, cands, lambda p, *operands: launch(
+            op, operands[:op.inputs], operands[op.inputs:-1], operands[-1], p), device, (*ins, *prm, out),
+            source=source() if callable(source) else source)
+        final = is_final(tuning.TUNER, tuner_key, device, len(cands))
+    launcher = _Launcher(op, ins, plan)
+    if final:
+        _LAUNCHERS[key] = launcher
+    return launcher(ins, prm)
 
 
 def describe(shape, dtype) -> str:

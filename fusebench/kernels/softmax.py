@@ -335,7 +335,9 @@ SOFTMAX_BACKWARD = RowOp("softmax_backward", load=_dy_y, params=no_params, shift
 
 
 # ----------------------------------------------------------------------------------------------
-# candidates and wrappers: same signature and outputs as the cases' eager functions
+# candidates and wrappers: same signature and outputs as the cases' eager functions.  A wrapper's
+# call is rowwise.run's launcher lookup: the candidates (a closure, called only for a new key) and
+# the source hash (a function) are evaluated only when the key is new.
 
 _SOURCE = functools.partial(tuning.source_hash, __name__, *rowwise.SOURCE_MODULES)
 
@@ -367,26 +369,21 @@ def double_softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4)
             if not (p.mode == "stream" and p.block_n > 8192)]
 
 
-def _run(op, ins, candidates, plan, max_onchip):
-    ins = tuple(plans.as_2d_strided(t) for t in ins)
-    cands = functools.partial(candidates, *ins[0].shape, ins[0].device, max_onchip=max_onchip,
-                              elem_size=ins[0].element_size())
-    return rowwise.run(op, ins, (), cands, plan, _SOURCE())
-
-
 def softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
     """(softmax(x, 1), the plan it ran with); `plan` forces one, `max_onchip` the longest row kept on chip."""
-    return _run(SOFTMAX, (x,), softmax_plans, plan, max_onchip)
+    return rowwise.run(SOFTMAX, (x,), (), lambda: softmax_plans(*x.shape, x.device, max_onchip=max_onchip,
+                                                                elem_size=x.element_size()),
+                       plan, _SOURCE, max_onchip)
 
 
 def double_softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
-    return _run(DOUBLE_SOFTMAX, (x,), double_softmax_plans, plan, max_onchip)
+    return rowwise.run(DOUBLE_SOFTMAX, (x,), (), lambda: double_softmax_plans(
+        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
 
 
 def softmax_backward_run(dy, y, plan=None, max_onchip=plans.MAX_ONCHIP):
-    if dy.shape != y.shape:
-        raise ValueError(f"dy {tuple(dy.shape)} and y {tuple(y.shape)} differ in shape")
-    return _run(SOFTMAX_BACKWARD, (dy, y), softmax_backward_plans, plan, max_onchip)
+    return rowwise.run(SOFTMAX_BACKWARD, (dy, y), (), lambda: softmax_backward_plans(
+        *dy.shape, dy.device, max_onchip=max_onchip, elem_size=dy.element_size()), plan, _SOURCE, max_onchip)
 
 
 def softmax_impl(x: torch.Tensor, plan: plans.RowPlan | None = None, max_onchip: int = plans.MAX_ONCHIP):

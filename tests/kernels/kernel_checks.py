@@ -98,3 +98,19 @@ LONG_PLANS = {
     "loop_prefetched": plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
     "loop_one_step": plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
 }
+
+
+def launcher_caches() -> dict:
+    """The launcher caches of the row-wise, element-wise and horizontal kernels, by module."""
+    from fusebench.kernels import rowwise
+
+    return {rowwise: rowwise._LAUNCHERS, kpw: kpw._LAUNCHERS, khor: khor._LAUNCHERS}
+
+
+def fresh_launchers(monkeypatch) -> list[dict]:
+    """Empty launcher caches for one test (the real ones are restored after it)."""
+    fresh = []
+    for module in launcher_caches():
+        monkeypatch.setattr(module, "_LAUNCHERS", {})
+        fresh.append(module._LAUNCHERS)
+    return fresh

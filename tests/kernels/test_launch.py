@@ -1,4 +1,5 @@
-"""Launch: the JIT's first call, then the compiled kernel's launcher with the same constants."""
+"""Launch: the JIT's first call, then the compiled kernel's launcher with the same constants; and
+the kernels' launcher caches built on it (one launcher per key, the tuner asked once)."""
 import pytest
 import torch
 import triton
@@ -52,3 +53,159 @@ def test_an_empty_hook_chain_is_no_hook():
 
     assert not launch_module._hook_set(None) and not launch_module._hook_set(Chain([]))
     assert launch_module._hook_set(Chain([print])) and launch_module._hook_set(print)
+
+
+# ----------------------------------------------------------------------------------------------
+# the kernels' launcher caches: a key's plan, grid and constants decided once
+
+
+import fusebench.kernels.horizontal as khor  # noqa: E402
+import fusebench.kernels.norms as knorm  # noqa: E402
+import fusebench.kernels.pointwise as kpw  # noqa: E402
+import fusebench.kernels.softmax as ksm  # noqa: E402
+from fusebench.kernels import exchange, launch, plans, rowwise, tuning  # noqa: E402
+from kernel_checks import ALL, IMPL, check, fresh_launchers, inputs, strided  # noqa: E402
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Names of the tuner and candidate functions called, in order (each still does its work)."""
+    called = []
+
+    def spy(module, name):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, **k: (called.append(name), real(*a, **k))[1])
+
+    spy(tuning, "autotune")  # the row-wise kernels'
+    for module in (kpw, khor):
+        spy(module, "autotune")
+    spy(plans, "row_plans")  # every row-wise op's candidates
+    spy(khor, "row_plans")
+    spy(kpw, "tile_2d_plans")  # element_wise_plans'
+    spy(kpw, "num_sms")  # element_wise_plans' and transposed_plans'
+    return called
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_second_call_asks_neither_tuner_nor_candidates(name, monkeypatch, spies):
+    caches = fresh_launchers(monkeypatch)
+    args = inputs(name, (5, 300), torch.float32, seed=1)
+    check(name, IMPL[name](*args), args)
+    assert "autotune" in spies and len(spies) > 1  # a new key: candidates listed, the tuner asked
+    assert sum(map(len, caches)) == 1
+    spies.clear()
+    args = inputs(name, (5, 300), torch.float32, seed=2)  # new tensors, the same key
+    check(name, IMPL[name](*args), args)
+    assert spies == [] and sum(map(len, caches)) == 1
+
+
+@pytest.mark.parametrize("layout", ["row_stride", "offset4", "fp16", "max_onchip"])
+def test_another_key_gets_its_own_launcher(layout, monkeypatch, spies):
+    caches = fresh_launchers(monkeypatch)
+    (x,) = inputs("softmax", (5, 300), torch.float32, seed=3)
+    check("softmax", ksm.softmax_impl(x), (x,))
+    first = next(iter(caches[0].values()))
+    if layout == "row_stride":
+        y = strided(inputs("softmax", (5, 300), torch.float32, seed=4)[0], "rows")
+    elif layout == "offset4":  # same shape and strides, 4 bytes past a 16-byte boundary
+        y = torch.randn(5 * 300 + 4, device=x.device)[1:1 + 5 * 300].view(5, 300)
+        assert launch.aligned16(x, y) == (True, False)
+    else:
+        y = inputs("softmax", (5, 300), torch.float16 if layout == "fp16" else torch.float32, seed=4)[0]
+    spies.clear()
+    out, plan = ksm.softmax_run(y, max_onchip=64) if layout == "max_onchip" else ksm.softmax_run(y)
+    check("softmax", out, (y,))
+    assert "autotune" in spies and len(caches[0]) == 2 and next(reversed(caches[0].values())) is not first
+    # max_onchip is part of the key: below N the heuristic's plan is a looped one, not the tile
+    assert plan.mode == ("loop" if layout == "max_onchip" else "tile")
+    spies.clear()
+    again = ksm.softmax_run(y, max_onchip=64) if layout == "max_onchip" else ksm.softmax_run(y)
+    check("softmax", again[0], (y,))
+    assert spies == [] and again[1] == plan
+
+
+def test_a_forced_plan_is_part_of_the_key(monkeypatch, spies):
+    caches = fresh_launchers(monkeypatch)
+    args = inputs("layernorm", (3, 700), torch.float32, seed=5)
+    forced = plans.loop_plan(64, 4)
+    for _ in range(2):
+        out, plan = rowwise.run(knorm.LAYERNORM, args[:1], args[1:], lambda: [], forced, "")
+        check("layernorm", out, args)
+        assert plan == forced
+    assert "autotune" not in spies and len(caches[0]) == 1
+    out, plan = ksm.softmax_run(args[0])
+    assert plan != forced and len(caches[0]) == 2
+
+
+def test_cooperative_launcher_keeps_its_exchange_buffer(monkeypatch):
+    # one program per row (the interpreter runs programs one after another), two rounds a launch:
+    # each call moves the epoch of the buffer its launcher holds past two tags
+    caches = fresh_launchers(monkeypatch)
+    plan = plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)
+    sync = exchange.exchange_buffer(DEVICE, 2)
+    for seed in (1, 2):
+        epoch = int(sync[0])
+        (x,) = inputs("softmax", (3, 700), torch.float32, seed=seed)
+        check("softmax", ksm.softmax_impl(x, plan=plan), (x,))
+        assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
+    (launcher,) = caches[0].values()
+    assert launcher.rest[0] is sync and launcher.rest[1] == sync.numel()
+
+
+def test_a_choice_that_is_not_final_is_not_kept(monkeypatch, spies):
+    # on a GPU while tuning is off or a graph is captured, the tuner's untimed first candidate
+    # must not outlive the call
+    caches = fresh_launchers(monkeypatch)
+    monkeypatch.setattr(rowwise, "is_final", lambda *a: False)
+    (x,) = inputs("softmax", (5, 300), torch.float32, seed=6)
+    for _ in range(2):
+        spies.clear()
+        check("softmax", ksm.softmax_impl(x), (x,))
+        assert "autotune" in spies
+    assert caches[0] == {}
+
+
+def test_is_final(monkeypatch):
+    tuner = tuning.Tuner()
+    assert launch.is_final(tuner, "k", "cpu", 5)
+    monkeypatch.setattr(launch.dev, "is_interpreter", lambda: False)
+    assert not launch.is_final(tuner, "k", "cuda", 5)  # the tuner did not keep a choice
+    assert launch.is_final(tuner, "k", "cuda", 1)
+    tuner.choices["k"] = "plan"
+    assert launch.is_final(tuner, "k", "cuda", 5)
+
+
+def test_bad_operands_are_refused_and_nothing_kept(monkeypatch):
+    caches = fresh_launchers(monkeypatch)
+    x, w, b = inputs("layernorm", (3, 70), torch.float32)
+    with pytest.raises(ValueError, match=r"shape \(70,\)"):
+        IMPL["layernorm"](x, w[:60], b)
+    dy, y = inputs("softmax_backward", (3, 70), torch.float32)
+    with pytest.raises(ValueError, match="differ in shape"):
+        IMPL["softmax_backward"](dy, y[:2])
+    with pytest.raises(ValueError, match="2-D"):
+        IMPL["softmax"](x[None])
+    with pytest.raises(ValueError, match="bias must have shape"):
+        IMPL["bias_gelu"](x, w[:3])
+    assert sum(map(len, caches)) == 0
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ALL)
+def test_gpu_second_call_takes_the_compiled_kernel(name, dtype, monkeypatch):
+    caches = fresh_launchers(monkeypatch)
+    for seed in (1, 2):  # fresh tensors each call; the second goes through the kept launcher
+        args = inputs(name, (300, 1000), dtype, seed=seed)
+        check(name, IMPL[name](*args), args)
+        (launcher,) = [found for cache in caches for found in cache.values()]
+        assert launcher.launch.kernel is not None  # else every call pays Triton's JIT
+
+
+def test_a_one_off_launch_keeps_nothing():
+    x = torch.randn(100, device=DEVICE)
+    launch = Launch(_axpy, (1,), dict(BLOCK=128, num_warps=4))
+    out = torch.empty_like(x)
+    launch.jit(x, x, out, 100, 2.0)
+    torch.testing.assert_close(out, 3 * x)
+    assert launch.kernel is None and launch.run is None
