@@ -143,7 +143,7 @@ def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
     x = plans.as_2d_strided(x)
     w = _weight_of(x, weight)
     cands = functools.partial(rmsnorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    return rowwise.run(RMSNORM, (x,), (w, w), cands, plan, _SOURCE())
+    return rowwise.run(RMSNORM, (x,), (w, w), cands, plan, _SOURCE)
 
 
 def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
@@ -161,7 +161,7 @@ def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP)
         return (h, y), ran
     h = torch.empty((M, N), dtype=x.dtype, device=x.device)
     cands = functools.partial(add_rmsnorm_plans, M, N, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    y, ran = rowwise.run(ADD_RMSNORM, (x, residual), (w, h), cands, plan, _SOURCE())
+    y, ran = rowwise.run(ADD_RMSNORM, (x, residual), (w, h), cands, plan, _SOURCE)
     return (h, y), ran
 
 

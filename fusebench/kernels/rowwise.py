@@ -536,9 +536,10 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, extra, key):
     N = laid[0].shape[1]
     if any(t.shape != laid[0].shape for t in laid):
         raise ValueError(f"{op.name}: inputs of shapes {[tuple(t.shape) for t in laid]} differ in shape")
-    if any(p.shape != (N,) for p in prm):
-        raise ValueError(f"{op.name}: parameter vectors must have shape ({N},), got {[tuple(p.shape) for p in prm]}")
-    # Kernels index the parameters as dense vectors (a strided 1-D view is copied: N elements).
+    # A parameter is a vector of N, or row-sized (add_rmsnorm writes its sum of rows through one).
+    if any(p.shape != (N,) and p.shape != laid[0].shape for p in prm):
+        raise ValueError(f"{op.name}: parameters must have shape ({N},) or the rows', got {[tuple(p.shape) for p in prm]}")
+    # Kernels index the parameters as dense tensors (a strided view is copied).
     dense = tuple(p.contiguous() for p in prm)
     if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
         # An exotic layout: the copies have a key (and a launcher) of their own.
