@@ -43,7 +43,9 @@ ATTN_SAMPLE = 4  # (batch, head) slices checked per seed on large shapes
 
 def attention_subset(args, out):
     """Bound the reference's cost on large shapes: check ATTN_SAMPLE (batch, head) slices, spread
-    over the tensor (first, last and between), instead of all of them."""
+    over the tensor (first, last and between), instead of all of them.  `out` may be any tensor
+    laid out as the output: the training modes cut the gradients of the output, q, k and v with
+    it too."""
     q, k, v, causal = args
     b, h = q.shape[:2]
     if b * h <= ATTN_SAMPLE:
@@ -69,6 +71,19 @@ def _attention_flops(s, dt):
     return full // 2 if causal else full  # the usual convention: causal does half the work
 
 
+def _attention_bwd_bytes(s, dt):
+    # FlashAttention-2's backward: read q, k, v, the output o, its gradient do and the rows'
+    # logsumexp (fp32, batch*heads*seqlen); write dq, dk, dv
+    b, h, n, d, causal = s
+    return 8 * numel_bytes(s[:4], dt) + 4 * b * h * n
+
+
+def _attention_bwd_flops(s, dt):
+    # FlashAttention's convention: 2.5x the forward (five GEMMs -- q k^T again, dv, dp, dq,
+    # dk -- against the forward's two), causal halved as the forward is
+    return 5 * _attention_flops(s, dt) // 2
+
+
 register(Case(
     name="attention", family="mix", fn=attention, make_inputs=_attention_inputs,
     default_dtype=torch.float16, dtypes=(torch.float16, torch.bfloat16, torch.float32),
@@ -76,6 +91,11 @@ register(Case(
     bytes_model=lambda s, dt: 4 * numel_bytes(s[:4], dt),  # q, k, v read; out written
     flops_model=_attention_flops, reference=attention_reference, reference_subset=attention_subset,
     tolerances={torch.float32: (2e-3, 1e-2), torch.float16: (4e-3, 2e-2), torch.bfloat16: (2e-2, 5e-2)},
+    # In the training modes the gradients of q, k and v, checked on the same (batch, head) sample
+    # (runner/modes.py cuts them as it cuts the output).  Their tolerance is twice the output's:
+    # dq and dk go through dS = P * (dP - rowsum(dO * O)), whose difference cancels.
+    grad_inputs=(0, 1, 2), backward_bytes_model=_attention_bwd_bytes, backward_flops_model=_attention_bwd_flops,
+    grad_tolerances={torch.float32: (4e-3, 2e-2), torch.float16: (8e-3, 4e-2), torch.bfloat16: (4e-2, 1e-1)},
     description="softmax(q k^T * scale [+ causal mask]) v",
 ))
 

@@ -1,6 +1,11 @@
 """Reduction family: row-wise softmax, its backward, layernorm and a chain of row sums.
 
 All reduce over dim 1 of a (dim0, dim1) tensor, so a fused kernel keeps each row on chip.
+
+softmax and layernorm are differentiable (runner/modes.py).  Their backward byte models count the
+fewest bytes a fused backward moves: softmax's reads y and dy and writes dx; layernorm's reads x,
+dy and the weight and writes dx, dweight and dbias (each row's mean and rstd are recomputed from
+x rather than read, M values each, as the training family's norms count them).
 """
 import torch
 import torch.nn.functional as F
@@ -58,6 +63,14 @@ def _layernorm_inputs(shape, dtype, device, seed):
     return x, weight, bias
 
 
+def _layernorm_bytes(s, dt):  # read x, weight, bias; write y
+    return 2 * numel_bytes(s, dt) + 2 * numel_bytes((s[1],), dt)
+
+
+def _layernorm_bwd_bytes(s, dt):  # read x, dy, weight; write dx, dweight, dbias
+    return 3 * numel_bytes(s, dt) + 3 * numel_bytes((s[1],), dt)
+
+
 def norm_chain(x):
     y = torch.sum(x, 1, keepdim=True)
     x = x * y
@@ -77,6 +90,8 @@ def _norm_chain_inputs(shape, dtype, device, seed):
 for _case in [
     Case(name="softmax", family="reduce", fn=softmax, make_inputs=_x,
          bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 5 * s[0] * s[1],
+         # backward: dy * y, its row sum, dy - sum, * y
+         grad_inputs=(0,), backward_bytes_model=_io_bytes(2, 1), backward_flops_model=lambda s, dt: 4 * s[0] * s[1],
          description="torch.softmax(x, 1)"),
     Case(name="double_softmax", family="reduce", fn=double_softmax, make_inputs=_x,
          bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 10 * s[0] * s[1],
@@ -86,8 +101,11 @@ for _case in [
          bytes_model=_io_bytes(2, 1), flops_model=lambda s, dt: 4 * s[0] * s[1],
          description="dx = y * (dy - sum(dy * y, 1))"),
     Case(name="layernorm", family="reduce", fn=layernorm, make_inputs=_layernorm_inputs,
-         bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + 2 * numel_bytes((s[1],), dt),
-         flops_model=lambda s, dt: 8 * s[0] * s[1],
+         bytes_model=_layernorm_bytes, flops_model=lambda s, dt: 8 * s[0] * s[1],
+         # backward per element: the statistics again (x - mean, its square, two sums: 4), x-hat,
+         # g = dy * w, g * x-hat and two row sums (5), dx (4), dw and db (3)
+         grad_inputs=(0, 1, 2), backward_bytes_model=_layernorm_bwd_bytes,
+         backward_flops_model=lambda s, dt: 16 * s[0] * s[1],
          description="nn.LayerNorm([N]) with random affine weight and bias"),
     Case(name="norm_chain", family="reduce", fn=norm_chain, make_inputs=_norm_chain_inputs,
          bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 6 * s[0] * s[1],

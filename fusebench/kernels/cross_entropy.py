@@ -1,14 +1,19 @@
 """Cross-entropy over a large vocabulary: the loss and the logits' gradient in one kernel.
 
 One program per row (token).  Its first pass walks the row in BLOCK_N-column chunks keeping the
-online logsumexp: the running max m and the sum s of exp(x - m), s rescaled by exp(m_old - m)
-whenever m grows, so a 256K-column row is never held whole.  loss = lse - x[target].  When the
-logits need a gradient, a second pass over the same row (just read: mostly from L2) writes
+online logsumexp: the running max m and the sum s of exp(x - m), both scalars, s rescaled by
+exp(m_old - m) when a chunk raises m, so a 256K-column row is never held whole and each logit
+costs one exp (per-lane maxima would cost two, and at bf16 logits that pass is as near the
+exp units' rate as the memory's).  loss = lse - x[target].  When the logits need a gradient, a
+second pass over the same row (just read: mostly from L2) writes
     dlogits = (softmax(x) - onehot(target)) / M = (exp(x - lse) - [col == target]) / M
 which is the gradient of the mean loss for an incoming gradient of 1: the forward writes the
 gradient in the same kernel that computes the loss, as Liger-Kernel does, and the logits need
 not be kept for the backward.  The backward multiplies it by the incoming gradient (a scalar read
 on the device: no host synchronisation), into a new tensor so that the graph can be run again.
+
+A chunk is 4096 columns over 8 warps: 16 logits a thread, with the scalars the only state
+carried across chunks, whatever the vocabulary.
 
 The per-row losses (fp32) are averaged by torch (M values).
 """
@@ -30,25 +35,22 @@ def _ce_kernel(x_ptr, t_ptr, loss_ptr, grad_ptr, N, stride_x, stride_g, inv_m, W
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     c = tl.arange(0, BLOCK_N)
-    # pass 1: per-lane online logsumexp (max and rescaled sum), combined across lanes at the end
-    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_N], tl.float32)
-    for start in range(0, N, BLOCK_N):
+    # pass 1: online logsumexp, one chunk's max and sum of exponentials at a time
+    m = tl.full([], float("-inf"), tl.float32)
+    s = tl.zeros([], tl.float32)
+    for start in tl.range(0, N, BLOCK_N):
         cols = start + c
         x = tl.load(x_row + cols, mask=cols < N, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
-        m_new = tl.maximum(m, x)
-        # lanes that have seen only padding keep m = -inf: their scale is taken as 0, not NaN
-        s = s * tl.where(m_new == float("-inf"), 0.0, tl.exp(m - m_new)) + \
-            tl.where(m_new == float("-inf"), 0.0, tl.exp(x - m_new))
+        m_new = tl.maximum(m, tl.max(x, 0))  # finite: every chunk holds at least one logit
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
         m = m_new
-    m_row = tl.max(m, 0)
-    lse = m_row + tl.log(tl.sum(s * tl.where(m == float("-inf"), 0.0, tl.exp(m - m_row)), 0))
+    lse = m + tl.log(s)
     target = tl.load(t_ptr + row)
     x_t = tl.load(x_row + target).to(tl.float32)
     tl.store(loss_ptr + row, lse - x_t)
     if WITH_GRAD:
         g_row = grad_ptr + row * stride_g
-        for start in range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N):
             cols = start + c
             x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
             g = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * inv_m
@@ -79,7 +81,8 @@ def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_grad
         block_n = min(BLOCK_N, triton.next_power_of_2(N))
         _ce_kernel[(M,)](x, targets.contiguous(), losses, grad if with_grad else x, N, x.stride(0),
                          grad.stride(0) if with_grad else 0, 1.0 / M, WITH_GRAD=with_grad, BLOCK_N=block_n,
-                         num_warps=plans.num_warps_for(block_n, per_thread=8, lo=4, hi=16))
+                         num_warps=plans.num_warps_for(block_n, per_thread=16, lo=1, hi=8))
+    # the mean over rows in fp32, rounded once to the logits' dtype (as F.cross_entropy returns it)
     return losses.mean().to(logits.dtype), grad
 
 

@@ -249,5 +249,5 @@ def describe_layernorm_plan(plan: plans.RowPlan, device) -> str:
 
 
 triton_kernel("layernorm", describe=rowwise.describe, describe_plan=describe_layernorm_plan,
-              run=layernorm_run)(layernorm_impl)
+              run=layernorm_run, autograd="fusebench.kernels.layernorm_backward:layer_norm")(layernorm_impl)
 triton_kernel("norm_chain", describe=rowwise.describe, run=norm_chain_run)(norm_chain_impl)

@@ -6,6 +6,7 @@ The `triton` implementation (fusebench/impls/) looks kernels up here.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,8 +29,21 @@ class TritonKernel:
     # (*inputs) -> (outputs, the launch plan they ran with): kernels that choose a plan per shape
     run: Callable[..., tuple] | None = None
     # The same function through a torch.autograd.Function whose backward runs our backward
-    # kernels; None: the kernel is measured forward only (no bwd or fwd_bwd cells are planned).
-    autograd: Callable | None = None
+    # kernels, or "module:name" of it (imported at first use, so that a forward's module need not
+    # import its backward's, which imports the forward); None: the kernel is measured forward only
+    # (no bwd or fwd_bwd cells are planned).
+    autograd_ref: Callable | str | None = None
+
+    @property
+    def autograd(self) -> Callable | None:
+        if isinstance(self.autograd_ref, str):
+            module, _, name = self.autograd_ref.partition(":")
+            self.autograd_ref = getattr(importlib.import_module(module), name)
+        return self.autograd_ref
+
+    @autograd.setter
+    def autograd(self, fn: Callable | str | None) -> None:
+        self.autograd_ref = fn
 
 
 KERNELS: dict[str, TritonKernel] = {}

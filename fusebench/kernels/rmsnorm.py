@@ -10,12 +10,13 @@ writes both outputs.  Only tile plans write h, so add_rmsnorm takes tile plans a
 plans.MAX_ONCHIP columns (every hidden size of today's models); longer rows compute h with
 torch.add and normalize it with the rmsnorm op (two passes; the note says so).
 
-Backward (one kernel for both): with x-hat = x * r and g = dy * w,
+Backward (shared by both, and with LayerNorm's: kernels/layernorm_backward.py): with
+x-hat = x * r and g = dy * w,
     dx = r * (g - x-hat * mean(g * x-hat))   (+ dh, the gradient flowing into add_rmsnorm's h)
     dw = sum over rows of dy * x-hat
-r is recomputed from the row held on chip (nothing but the input is saved).  Each program takes
-a contiguous block of rows and keeps its partial dw in registers; the partials ([programs, N],
-fp32) are summed by torch afterwards, as Liger-Kernel's RMSNorm backward does.
+r is recomputed from x (nothing but the input is saved).  Rows up to plans.MAX_ONCHIP columns are
+held whole in registers, each program's partial dw with them; longer rows are walked in chunks
+(a row-statistics kernel, then a column-block kernel), so that they do not spill.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels import plans, rowwise, tuning
-from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import column
+from fusebench.kernels.layernorm_backward import norm_backward
 from fusebench.kernels.norms import _x0
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import RowOp, load_at, tile_ptrs
@@ -175,50 +176,13 @@ def describe_add_rmsnorm(shape, dtype) -> str:
 # backward
 
 
-@triton.jit
-def _rmsnorm_bwd_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, M, N, stride_dy, stride_x, stride_dh,
-                        stride_dx, eps, rows_per_program, HAS_DH: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    ok = cols < N
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_N], tl.float32)
-    first = pid * rows_per_program
-    for i in range(0, rows_per_program):
-        row = (first + i).to(tl.int64)
-        # rows past M load nothing and store nothing (the mask folds the row bound in)
-        mask = cols < tl.where(row < M, N, 0)
-        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, 0) / N + eps)
-        xhat = x * rstd
-        g = dy * w
-        dx = rstd * (g - xhat * (tl.sum(g * xhat, 0) / N))
-        if HAS_DH:
-            dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * xhat
-    tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
-
-
-def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None):
+def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None, max_onchip: int = plans.MAX_ONCHIP):
     """(dx, dw) of y = rmsnorm(x) * weight given dy; with dh, dx also carries it (add_rmsnorm's
-    gradient of h, which flows to x and residual alike)."""
-    dy, x = dy.contiguous(), x.contiguous()
-    M, N = x.shape
-    dx = torch.empty_like(x)
-    if programs is None:
-        programs = 4 * num_sms(x.device) if x.is_cuda else 4
-    programs = max(1, min(programs, M))
-    dw_parts = torch.zeros((programs, N), dtype=torch.float32, device=x.device)
-    if M and N:
-        dh_ = dh.contiguous() if dh is not None else dy
-        block_n = triton.next_power_of_2(N)
-        _rmsnorm_bwd_kernel[(programs,)](dy, x, weight.contiguous(), dh_, dx, dw_parts, M, N, dy.stride(0),
-                                         x.stride(0), dh_.stride(0), dx.stride(0), RMSNORM_EPS,
-                                         triton.cdiv(M, programs), HAS_DH=dh is not None, BLOCK_N=block_n,
-                                         num_warps=plans.num_warps_for(block_n, per_thread=8, lo=4, hi=32))
-    return dx, dw_parts.sum(0).to(weight.dtype)
+    gradient of h, which flows to x and residual alike).  Rows past `max_onchip` columns take the
+    long-row kernels."""
+    dx, dw, _ = norm_backward(dy, x, weight, dh, center=False, eps=RMSNORM_EPS, max_onchip=max_onchip,
+                              programs=programs)
+    return dx, dw
 
 
 class RMSNorm(torch.autograd.Function):

@@ -399,6 +399,7 @@ def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: plans.RowPlan
     return softmax_backward_run(dy, y, plan, max_onchip)[0]
 
 
-triton_kernel("softmax", describe=rowwise.describe, run=softmax_run)(softmax_impl)
+triton_kernel("softmax", describe=rowwise.describe, run=softmax_run,
+              autograd="fusebench.kernels.softmax_autograd:softmax")(softmax_impl)
 triton_kernel("double_softmax", describe=rowwise.describe, run=double_softmax_run)(double_softmax_impl)
 triton_kernel("softmax_backward", describe=rowwise.describe, run=softmax_backward_run)(softmax_backward_impl)

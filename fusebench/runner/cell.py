@@ -134,11 +134,15 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             row["na"] = {"accuracy": prepared.accuracy_available}
         for seed in () if prepared.accuracy_available else seeds:
             args = case.make_inputs(shape, dtype, device, seed)
-            # A training mode's reference first: an implementation may write over its inputs
-            # (Liger's cross-entropy stores the gradient in the logits).
-            ref = None if call_of.mode == "fwd" else call_of.reference(args, seed)
+            # A training mode's reference is computed before the implementation runs, or on a
+            # copy of the inputs: an implementation may write over its inputs (Liger's
+            # cross-entropy stores the gradient in the logits).
+            ref = None
             try:
-                out = call_of.checked(args, seed)
+                if call_of.mode == "fwd":
+                    out = call_of.checked(args, seed)
+                else:
+                    out, ref = call_of.checked_and_reference(args, seed)
             except RuntimeError as exc:
                 if "No available kernel" in str(exc):  # SDPA backend refused these inputs
                     row.update(status="unsupported", reason=first_line(exc))

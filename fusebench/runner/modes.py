@@ -14,7 +14,8 @@ peers and users' functions through their own autograd.
 The gradients flowing into the outputs are seeded normal samples (not ones, so that a backward
 that ignores them fails).  `autograd.grad` returns the gradients rather than accumulating them into
 `.grad`, so no accumulation kernel is timed.  The accuracy check compares the forward's outputs
-and every input's gradient with float64 autograd on the case's reference.
+and every input's gradient with float64 autograd on the case's reference, given the same output
+gradients (rounded to the inputs' dtype), on the case's sample where it checks one.
 """
 from __future__ import annotations
 
@@ -118,23 +119,28 @@ def leaves(case: Case, args: tuple) -> tuple:
     return tuple(a.detach().requires_grad_(True) if i in case.grad_inputs else a for i, a in enumerate(args))
 
 
-def _differentiate(fn, case: Case, args: tuple, seed: int, retain: bool, cache: dict | None = None):
+def _differentiate(fn, case: Case, args: tuple, seed: int, retain: bool, cache: dict | None = None,
+                   grads: list | None = None, rounded_to: torch.dtype | None = None):
     """(outputs, Graph) of fn on leaves of args: the forward, with what the backward needs.  With
     `cache`, the outputs' gradients are drawn once per output shape and kept there (the timed
-    fwd_bwd call draws no random numbers)."""
+    fwd_bwd call draws no random numbers).  `grads`: the outputs' gradients given, not drawn;
+    `rounded_to`: drawn gradients are rounded to this dtype first (a float64 reference then gets
+    the very gradients an implementation in that dtype got)."""
     args = leaves(case, args)
     with torch.enable_grad():
         out = fn(*args)
     outs = [o for o in _outputs(out) if o.requires_grad]
     if not outs:
         raise RuntimeError("no output of the forward requires gradients: the implementation is not differentiable")
-    if cache is None:
-        grads = grad_outputs(outs, seed)
-    else:
+    if grads is None and cache is not None:
         key = tuple((tuple(o.shape), o.dtype, str(o.device)) for o in outs)
         grads = cache.get(key)
         if grads is None:
             grads = cache[key] = grad_outputs(outs, seed)
+    elif grads is None:
+        grads = grad_outputs(outs, seed)
+        if rounded_to is not None:
+            grads = [g.to(rounded_to).to(o.dtype) for g, o in zip(grads, outs)]
     return out, Graph(outs, [args[i] for i in case.grad_inputs], grads, retain)
 
 
@@ -170,14 +176,37 @@ class ModeCall:
         out, graph = _differentiate(self.fn, self.case, args, seed, retain=False)
         return _detached(out), graph.backward()
 
-    def reference(self, args: tuple, seed: int):
-        """The float64 reference of checked(args, seed)."""
+    def reference(self, args: tuple, seed: int, grads: list | None = None):
+        """The float64 reference of checked(args, seed); `grads`: the outputs' gradients to use."""
         if self.mode == "fwd":
             return self.case.run_reference(args)
-        up = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
         fn = self.case.reference or self.case.fn
-        out, graph = _differentiate(fn, self.case, up, seed, retain=False)
+        out, graph = _differentiate(fn, self.case, _float64(args), seed, retain=False, grads=grads,
+                                    rounded_to=_floating_dtype(args))
         return _detached(out), graph.backward()
+
+    def checked_and_reference(self, args: tuple, seed: int):
+        """A training mode's (checked(args, seed), its float64 reference).
+
+        Where the case checks a sample (Case.reference_subset), both are of the sample: the
+        implementation runs on all of args, then its outputs, the outputs' gradients and the
+        inputs' gradients are cut by the subset (each in the place of the output: the subset must
+        cut any tensor laid out as the output, as attention's (batch, head) slices do), and the
+        reference runs on the sampled inputs with the sampled output gradients."""
+        subset = self.case.reference_subset
+        if subset is None:
+            ref = self.reference(args, seed)  # first: an implementation may write over its inputs
+            return self.checked(args, seed), ref
+        kept = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        out, graph = _differentiate(self.fn, self.case, args, seed, retain=False)
+        grads = graph.backward()
+        sub_args, sub_out = subset(kept, _detached(out))
+
+        def cut(t):
+            return subset(kept, t)[1]
+
+        ref = self.reference(sub_args, seed, grads=[cut(g).double() for g in graph.grad_outs])
+        return (sub_out, tuple(cut(g) for g in grads)), ref
 
     def prime(self, args: tuple, seed: int = 0) -> None:
         """bwd: run the forward on `args` (outside any timing); the timed calls differentiate it."""
@@ -197,6 +226,14 @@ class ModeCall:
                 any(a is not b for a, b in zip(self._graph_of[0], args)):
             self.prime(args)
         return self._graph_of[1].backward()
+
+
+def _float64(args: tuple) -> tuple:
+    return tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+def _floating_dtype(args: tuple) -> torch.dtype | None:
+    return next((a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
 
 
 def _detached(out):

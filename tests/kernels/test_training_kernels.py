@@ -138,3 +138,54 @@ def test_triton_is_planned_in_training_modes_only_with_a_backward(monkeypatch):
     monkeypatch.setattr(KERNELS["swiglu"], "autograd", None)  # a forward-only kernel
     assert {c.case for c in plan_cells(["swiglu", "rmsnorm"], ["triton"], "quick", None, "cpu", "bwd")} == {"rmsnorm"}
     assert {c.case for c in plan_cells(["swiglu"], ["triton"], "quick", None, "cpu", "fwd")} == {"swiglu"}
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (7, 301), (20, 1000)])
+@pytest.mark.parametrize("programs", [None, 3])
+def test_rmsnorm_backward_long_row_kernels(shape, programs):
+    # max_onchip below the row length: the row-statistics and column-block kernels, ragged chunks,
+    # ragged column blocks and row groups
+    M, N = shape
+    g = torch.Generator().manual_seed(M + N)
+    x, w, dy, dh = torch.randn(M, N, generator=g), torch.randn(N, generator=g), torch.randn(M, N, generator=g), \
+        torch.randn(M, N, generator=g)
+    _, (dxr, dwr) = _grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
+                           (dy.double(),))
+    for onchip in (plans.MAX_ONCHIP, 2):
+        dx, dw = krms.rmsnorm_backward(dy, x, w, programs=programs, max_onchip=onchip)
+        _close(dx, dxr)
+        _close(dw, dwr, tol=1e-4)
+        dx, _ = krms.rmsnorm_backward(dy, x, w, dh, programs=programs, max_onchip=onchip)
+        _close(dx, dxr + dh.double())
+
+
+def test_cross_entropy_chunks_rescale_the_running_sum(monkeypatch):
+    # 64-column chunks over 200 columns (the last ragged), the row's max in a later chunk than
+    # the first: the running sum must be rescaled when the max grows
+    monkeypatch.setattr(kce, "BLOCK_N", 64)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 200, generator=g)
+    logits[0, 150] = 40.0
+    logits[1, 199] = 25.0
+    targets = torch.tensor([150, 0, 199])
+    leaf = logits.clone().requires_grad_(True)
+    loss = kce.CrossEntropy.apply(leaf, targets)
+    loss.backward()
+    ref_leaf = logits.double().requires_grad_(True)
+    F.cross_entropy(ref_leaf, targets).backward()
+    _close(loss, F.cross_entropy(logits.double(), targets))
+    _close(leaf.grad, ref_leaf.grad)
+    assert loss.dtype == torch.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N", [4096, 16384, 32768, 65536])
+@pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
+def test_norm_backward_kernels_do_not_spill(N, center):
+    from fusebench.kernels.layernorm_backward import norm_backward
+
+    x = torch.randn(256, N, device="cuda", dtype=torch.bfloat16)
+    dy, w = torch.randn_like(x), torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    kernels = []
+    norm_backward(dy, x, w, center=center, eps=1e-5, kernels=kernels)
+    assert kernels and all(k.n_spills == 0 for k in kernels), [(k.name, k.n_spills) for k in kernels]

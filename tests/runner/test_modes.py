@@ -41,8 +41,8 @@ def test_training_modes_plan_differentiable_cases_only():
     assert cells and {c.mode for c in cells} == {"bwd"}
     assert {c.case for c in cells} == {"rmsnorm", "swiglu"}
     # a case without gradients, named: bad input that names the differentiable ones
-    with pytest.raises(ValueError, match="softmax: no gradients defined, so no fwd_bwd mode"):
-        plan_cells(["softmax"], ["eager"], "quick", None, "cpu", "fwd_bwd")
+    with pytest.raises(ValueError, match="double_softmax: no gradients defined, so no fwd_bwd mode"):
+        plan_cells(["double_softmax"], ["eager"], "quick", None, "cpu", "fwd_bwd")
     # all cases: only the differentiable ones are planned
     every = plan_cells(None, ["eager"], "quick", None, "cuda", "fwd_bwd")
     assert {c.case for c in every} == {c.name for c in fusebench.cases.all_cases() if c.differentiable}

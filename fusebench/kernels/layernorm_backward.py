@@ -1,0 +1,271 @@
+"""Backward of LayerNorm, and of RMSNorm (the same kernels without the mean and the bias).
+
+With y = x-hat * w + b, x-hat = (x - mean) * rstd and g = dy * w:
+    dx = rstd * (g - mean(g) - x-hat * mean(g * x-hat))
+    dw = sum over rows of dy * x-hat,   db = sum over rows of dy
+RMSNorm has no mean (x-hat = x * rstd) and no bias: dx = rstd * (g - x-hat * mean(g * x-hat)).
+add_rmsnorm's gradient of h (dh) is added to dx in the same kernel.
+
+Nothing is saved by the forward but its inputs: each row's mean and rstd are recomputed here
+(M values each; reading saved ones would cost as much as recomputing them from the row in hand).
+
+Two variants, chosen by row length (as the forwards' plans are):
+
+* Rows on chip (N <= max_onchip): each program takes a contiguous block of rows, one row at a
+  time held whole in registers, with its partial dw and db kept in registers across its rows and
+  written once ([programs, N] fp32, summed by torch afterwards), as Liger-Kernel's LayerNorm and
+  RMSNorm backwards do.  Five row-sized values per thread (x, dy, w, dw, db) fit up to 16384
+  columns at 1024 threads a program.
+* Long rows: past that they spill, so the row is walked in chunks by two kernels.  `_row_stats`
+  takes one row per program and writes its four scalars (mean, rstd, mean(g * x-hat), mean(g));
+  `_columns` takes a block of columns over a group of rows, writes dx from those scalars and sums
+  its partial dw and db in registers.  x and dy are read twice, so 5 row-sized tensors move
+  instead of the 3 of the rows-on-chip variant (dx, and x and dy once).
+
+All arithmetic is fp32; dx has x's dtype, dw and db the weight's.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fusebench.kernels import plans
+from fusebench.kernels.device import num_sms
+from fusebench.kernels.norms import layernorm_run
+
+LAYERNORM_EPS = 1e-5
+# Long-row kernels: the chunk a stats program reads per step, and the column kernel's tile.
+STATS_BLOCK = 2048
+COL_BLOCK_M, COL_BLOCK_N = 8, 256
+
+
+# ----------------------------------------------------------------------------------------------
+# rows on chip
+
+
+@triton.jit
+def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x, stride_dh,
+                 stride_dx, eps, rows_per_program, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < N
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], tl.float32)
+    db = tl.zeros([BLOCK_N], tl.float32)
+    first = pid * rows_per_program
+    for i in tl.range(0, rows_per_program):
+        row = (first + i).to(tl.int64)
+        # rows past M load nothing (x = dy = 0 add nothing to dw, db) and store nothing
+        mask = cols < tl.where(row < M, N, 0)
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
+        if CENTER:  # two-pass statistics of the row in registers
+            xc = tl.where(mask, x - tl.sum(x, 0) / N, 0.0)
+        else:
+            xc = x
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 0) / N + eps)
+        xhat = xc * rstd
+        g = dy * w
+        dx = g - xhat * (tl.sum(g * xhat, 0) / N)
+        if CENTER:
+            dx -= tl.sum(g, 0) / N
+        dx *= rstd
+        if HAS_DH:
+            dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        if CENTER:
+            db += dy
+    tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
+    if CENTER:
+        tl.store(db_ptr + pid * N + cols, db, mask=ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# long rows
+
+
+@triton.jit
+def _row_stats_kernel(dy_ptr, x_ptr, w_ptr, stats_ptr, N, stride_dy, stride_x, eps, CENTER: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    # One row: per-lane sums of d = x - k, d^2, g and g * d over the chunks (k the row's first
+    # element, so that a large mean neither costs the sums their low bits nor cancels the
+    # variance away), then (mean, rstd, mean(g * x-hat), mean(g)).
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.arange(0, BLOCK_N)
+    if CENTER:
+        k = tl.load(x_ptr + row * stride_x).to(tl.float32)
+    else:
+        k = 0.0
+    s_d = tl.zeros([BLOCK_N], tl.float32)
+    s_dd = tl.zeros([BLOCK_N], tl.float32)
+    s_g = tl.zeros([BLOCK_N], tl.float32)
+    s_gd = tl.zeros([BLOCK_N], tl.float32)
+    for start in tl.range(0, N, BLOCK_N):
+        cols = start + c
+        ok = cols < N
+        x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * stride_dy + cols, mask=ok, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        d = tl.where(ok, x - k, 0.0)
+        g = dy * w
+        s_d += d
+        s_dd += d * d
+        s_g += g
+        s_gd += g * d
+    mean_g = tl.sum(s_g, 0) / N
+    if CENTER:
+        mean_d = tl.sum(s_d, 0) / N
+        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s_dd, 0) / N - mean_d * mean_d, 0.0) + eps)
+    else:
+        mean_d = 0.0
+        rstd = 1.0 / tl.sqrt(tl.sum(s_dd, 0) / N + eps)
+    # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
+    c1 = rstd * (tl.sum(s_gd, 0) / N - mean_d * mean_g)
+    i = tl.arange(0, 4)
+    stats = tl.where(i == 0, k + mean_d, tl.where(i == 1, rstd, tl.where(i == 2, c1, mean_g)))
+    tl.store(stats_ptr + row * 4 + i, stats)
+
+
+@triton.jit
+def _columns_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x,
+                    stride_dh, stride_dx, rows_per_group, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # A block of columns over a group of rows: dx from the rows' scalars; dw, db summed here.
+    group = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok_n = cols < N
+    w = tl.load(w_ptr + cols, mask=ok_n, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], tl.float32)
+    db = tl.zeros([BLOCK_N], tl.float32)
+    r = tl.arange(0, BLOCK_M)
+    first = group * rows_per_group
+    end = tl.minimum(first + rows_per_group, M)
+    for start in tl.range(first, end, BLOCK_M):
+        rows = (start + r).to(tl.int64)
+        ok_m = rows < end
+        mask = ok_m[:, None] & ok_n[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        # padding rows: scalars 0, so x-hat = 0 there; padding columns: dy = 0 adds nothing
+        mean = tl.load(stats_ptr + rows * 4, mask=ok_m, other=0.0)
+        rstd = tl.load(stats_ptr + rows * 4 + 1, mask=ok_m, other=0.0)
+        c1 = tl.load(stats_ptr + rows * 4 + 2, mask=ok_m, other=0.0)
+        c2 = tl.load(stats_ptr + rows * 4 + 3, mask=ok_m, other=0.0)
+        xhat = (x - mean[:, None]) * rstd[:, None]
+        g = dy * w[None, :]
+        if CENTER:
+            dx = rstd[:, None] * (g - c2[:, None] - xhat * c1[:, None])
+        else:
+            dx = rstd[:, None] * (g - xhat * c1[:, None])
+        if HAS_DH:
+            dx += tl.load(dh_ptr + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + rows[:, None] * stride_dx + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += tl.sum(dy * xhat, 0)
+        if CENTER:
+            db += tl.sum(dy, 0)
+    tl.store(dw_ptr + group * N + cols, dw, mask=ok_n)
+    if CENTER:
+        tl.store(db_ptr + group * N + cols, db, mask=ok_n)
+
+
+# ----------------------------------------------------------------------------------------------
+# launchers
+
+
+def _programs(device, wanted: int | None, limit: int) -> int:
+    # Four programs per SM on a GPU; under the interpreter few, since each runs serially.
+    if wanted is None:
+        wanted = 4 * num_sms(device) if device.type == "cuda" else 4
+    return max(1, min(wanted, limit))
+
+
+def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
+    M, N = x.shape
+    programs = _programs(x.device, programs, M)
+    dw = torch.empty((programs, N), dtype=torch.float32, device=x.device)
+    db = torch.empty((programs, N), dtype=torch.float32, device=x.device) if center else dw
+    block_n = triton.next_power_of_2(N)
+    kernel = _rows_kernel[(programs,)](
+        dy, x, w, dh, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0), eps,
+        triton.cdiv(M, programs), CENTER=center, HAS_DH=dh is not dy, BLOCK_N=block_n,
+        num_warps=plans.num_warps_for(block_n, per_thread=8, lo=4, hi=32))
+    return (dw, db if center else None), (kernel,)
+
+
+def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
+    M, N = x.shape
+    stats = torch.empty((M, 4), dtype=torch.float32, device=x.device)
+    block = min(STATS_BLOCK, triton.next_power_of_2(N))
+    k1 = _row_stats_kernel[(M,)](dy, x, w, stats, N, dy.stride(0), x.stride(0), eps, CENTER=center, BLOCK_N=block,
+                                 num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=8))
+    col_blocks = triton.cdiv(N, COL_BLOCK_N)
+    wanted = None if programs is None else triton.cdiv(programs, col_blocks)
+    if wanted is None and x.device.type == "cuda":
+        wanted = triton.cdiv(4 * num_sms(x.device), col_blocks)
+    groups = _programs(x.device, wanted, triton.cdiv(M, COL_BLOCK_M))
+    rows_per_group = triton.cdiv(triton.cdiv(M, groups), COL_BLOCK_M) * COL_BLOCK_M
+    groups = triton.cdiv(M, rows_per_group)
+    dw = torch.empty((groups, N), dtype=torch.float32, device=x.device)
+    db = torch.empty((groups, N), dtype=torch.float32, device=x.device) if center else dw
+    k2 = _columns_kernel[(col_blocks, groups)](
+        dy, x, w, dh, stats, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0),
+        rows_per_group, CENTER=center, HAS_DH=dh is not dy, BLOCK_M=COL_BLOCK_M, BLOCK_N=COL_BLOCK_N, num_warps=4)
+    return (dw, db if center else None), (k1, k2)
+
+
+def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    # kernels index columns with stride 1 and take the row stride
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
+                  programs: int | None = None, kernels: list | None = None):
+    """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
+    given dy; with dh, dx also carries it.  Rows longer than `max_onchip` take the long-row
+    kernels.  `programs` sets how many programs share the rows (tests), `kernels` collects the
+    compiled kernels launched (a GPU test reads their spill counts)."""
+    if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
+        raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
+    dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
+    dh = dy if dh is None else _rows_contiguous(dh)  # `dh is dy` tells the kernels there is none
+    M, N = x.shape
+    dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        zero = torch.zeros_like(weight)
+        return dx, zero, zero.clone() if center else None
+    launch = _launch_rows if N <= max_onchip else _launch_long_rows
+    (dw, db), launched = launch(dy, x, w, dh, dx, center, eps, programs)
+    if kernels is not None:
+        kernels.extend(launched)
+    return dx, dw.sum(0).to(weight.dtype), None if db is None else db.sum(0).to(weight.dtype)
+
+
+def layernorm_backward(dy, x, weight, max_onchip: int = plans.MAX_ONCHIP, programs: int | None = None):
+    """(dx, dweight, dbias) of F.layer_norm(x, (N,), weight, bias, 1e-5) given dy."""
+    return norm_backward(dy, x, weight, center=True, eps=LAYERNORM_EPS, max_onchip=max_onchip, programs=programs)
+
+
+# ----------------------------------------------------------------------------------------------
+# autograd
+
+
+class LayerNorm(torch.autograd.Function):
+    """norms.layernorm_run forward, layernorm_backward backward; saves x and the weight only."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return layernorm_run(x, weight, bias)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        return layernorm_backward(dy, x, weight)
+
+
+def layer_norm(x, weight, bias):
+    """The layernorm case's function through LayerNorm (registered as the kernel's autograd)."""
+    return LayerNorm.apply(x, weight, bias)
