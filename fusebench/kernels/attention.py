@@ -30,7 +30,8 @@ from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
-from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors, tensor_key, tuned_launch
+from fusebench.kernels.launch import signature
+from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors, tuned_launch
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
 
@@ -254,7 +255,7 @@ _PLANS: dict = {}
 
 
 def flash_attention(q, k, v, causal: bool, impl: str | None = None) -> torch.Tensor:
-    key = (tensor_key(q, k, v), bool(causal), impl, ATTN_IMPL)
+    key = (signature(q, k, v), bool(causal), impl, ATTN_IMPL)
     plan = _PLANS.get(key)
     if plan is None:
         plan, out = _first_call(q, k, v, causal, impl)

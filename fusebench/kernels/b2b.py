@@ -18,7 +18,8 @@ import triton.language as tl
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.device import next_pow2
 from fusebench.kernels import gemm_utils as gu
-from fusebench.kernels.gemm_utils import dot_precision, precision_note, tensor_key, tuned_launch
+from fusebench.kernels.launch import signature
+from fusebench.kernels.gemm_utils import dot_precision, precision_note, tuned_launch
 from fusebench.kernels.matmul import _supports, gemm
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import triton_autotune as autotune
@@ -94,10 +95,10 @@ _PLANS: dict = {}
 
 
 def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    plan = _PLANS.get(tensor_key(a, b, c))
+    plan = _PLANS.get(signature(a, b, c))
     if plan is None:
         plan, out = _fused_plan(a, b, c)
-        _PLANS[tensor_key(a, b, c)] = plan
+        _PLANS[signature(a, b, c)] = plan
         return out
     return plan(a, b, c)
 
@@ -150,7 +151,7 @@ def matmul_matmul(a, b, c):
         return b2b(a, b, c)
     if not gu.graph_capturable(a):
         return two_gemms(a, b, c)
-    key = tensor_key(a, b, c)
+    key = signature(a, b, c)
     graph = _GRAPHS.get(key)
     if graph is None:
         graph = _GRAPHS[key] = gu.GraphCall(two_gemms, (a, b, c))

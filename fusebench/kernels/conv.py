@@ -37,9 +37,9 @@ from fusebench.kernels.device import is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.gemm_utils import (
-    check_device, dot_precision, grouped_tile, precision_note, tensor_key, tuned_launch,
+    check_device, dot_precision, grouped_tile, precision_note, tuned_launch,
 )
-from fusebench.kernels.launch import Launch
+from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm_with_plan
@@ -97,7 +97,7 @@ _EPILOGUE_PLANS: dict = {}
 
 
 def _epilogue_key(y, bias, residual, relu, bn):
-    return (tensor_key(y, bias, residual, *(bn if bn is not None else ())), relu)
+    return (signature(y, bias, residual, *(bn if bn is not None else ())), relu)
 
 
 def epilogue_(y: torch.Tensor, bias=None, residual=None, relu=False, bn=None) -> torch.Tensor:
@@ -175,7 +175,7 @@ def fold_bn(w, mean, var, gamma, beta, eps=BN_EPS):
     The shift is rounded to w's dtype like the conv_relu bias, so that conv_bn reuses the same
     compiled conv kernels; its rounding error (2**-11 relative in fp16) is far inside the tolerance.
     """
-    key = (tensor_key(w, mean, var, gamma, beta), eps)
+    key = (signature(w, mean, var, gamma, beta), eps)
     plan = _FOLD_PLANS.get(key)
     if plan is None:
         plan = _FOLD_PLANS[key] = _fold_plan(w, eps)
@@ -348,7 +348,7 @@ _PLANS: dict = {}
 
 
 def _conv_key(x, w, stride, bias, residual, relu, path):
-    return (tensor_key(x, w, bias, residual), stride, relu, path, CONV_PATH, gu.MULTI_KERNEL)
+    return (signature(x, w, bias, residual), stride, relu, path, CONV_PATH, gu.MULTI_KERNEL)
 
 
 def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: str | None = None):
@@ -533,7 +533,7 @@ def conv_bn(x, w, mean, var, gamma, beta, stride: int):
     (a fold kernel, then a conv whose epilogue adds the bias: one launch more than eager unless the
     conv is one of ours with the bias fused), or cuDNN's conv of the raw weights and one Triton
     epilogue applying the batch norm (the same two launches as eager, one fewer than folding)."""
-    plan = _BN_PLANS.get((tensor_key(x, w, mean, var, gamma, beta), stride, None, CONV_BN_WAY, CONV_PATH,
+    plan = _BN_PLANS.get((signature(x, w, mean, var, gamma, beta), stride, None, CONV_BN_WAY, CONV_PATH,
                           gu.MULTI_KERNEL))
     if plan is not None:
         return plan(x, w, mean, var, gamma, beta)
@@ -542,7 +542,7 @@ def conv_bn(x, w, mean, var, gamma, beta, stride: int):
 
 def _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, way):
     """(plan, y) for conv_bn's key and `way` (None: CONV_BN_WAY, or the faster way, timed here)."""
-    key = (tensor_key(x, w, mean, var, gamma, beta), stride, way, CONV_BN_WAY, CONV_PATH, gu.MULTI_KERNEL)
+    key = (signature(x, w, mean, var, gamma, beta), stride, way, CONV_BN_WAY, CONV_PATH, gu.MULTI_KERNEL)
     plan = _BN_PLANS.get(key)
     if plan is not None:
         return plan, plan(x, w, mean, var, gamma, beta)

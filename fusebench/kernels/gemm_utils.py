@@ -2,7 +2,7 @@
 
 The grouped ("super-grouping") program order used by the GEMM-like kernels, dot precision, the
 `supports` checks that every wrapper in matmul.py / conv.py / attention.py shares, and what their
-per-call fast paths are built from: the problem key (`tensor_key`), a `Launch` of the config a
+per-call fast paths are built from: the problem key (`launch.signature`), a `Launch` of the config a
 triton.autotune chose (`tuned_launch`), TMA descriptors built without re-validation
 (`unchecked_descriptor`), and the CUDA-graph option for multi-kernel paths (`GraphCall`).
 Device facts are in device.py, the tuner in tuning.py, the launcher in launch.py.
@@ -86,13 +86,6 @@ def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 # Per-call fast paths.  Each wrapper keeps a dict {problem key: plan}; a plan is a function of the
 # call's tensors that allocates the outputs and launches, everything else (implementation, config,
 # grid, integer arguments) decided when the key was first met.
-
-
-def tensor_key(*tensors: torch.Tensor | None) -> tuple:
-    """Everything about `tensors` that fixes a launch: shape, strides, dtype, device, and whether the
-    data pointer is 16-byte aligned (Triton specialises pointers on it, see launch.aligned16)."""
-    return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() % 16 == 0)
-                 for t in tensors)
 
 
 def _unwrap(kernel):

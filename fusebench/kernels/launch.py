@@ -8,7 +8,7 @@ kernel it returns, and afterwards calls the binary's launcher directly with the 
 That is valid only while Triton would pick the same binary, so a caller keeps one `Launch` per
 problem key that fixes everything Triton specialises on: the shapes and strides (every integer
 argument fusebench passes is derived from them, and Triton specialises integers on == 1 and on
-divisibility by 16) and each pointer's 16-byte alignment (`aligned16`).  The first call of a
+divisibility by 16) and each pointer's 16-byte alignment (`signature`).  The first call of a
 `Launch` goes through the JIT, so a new key costs what it always did.
 
 Under Triton's interpreter, while a launch hook is installed (profilers such as proton install
@@ -27,17 +27,16 @@ import torch
 from fusebench.kernels import device as dev
 
 
-def aligned16(*tensors: torch.Tensor | None) -> tuple[bool, ...]:
-    """Whether each tensor's data pointer is 16-byte aligned (Triton specialises pointers on it)."""
-    return tuple(t is not None and t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def signature(*tensors: torch.Tensor) -> tuple:
-    """Each tensor's shape, strides, dtype, device and 16-byte alignment, as one flat tuple: the
-    part of a launcher's key that its tensors decide."""
+def signature(*tensors: torch.Tensor | None) -> tuple:
+    """Each tensor's shape, strides, dtype, device and 16-byte alignment (Triton specialises
+    pointers on it), as one flat tuple: the part of a launcher's key that its tensors decide.  An
+    absent optional tensor (None) counts as such."""
     key: list = []
     for t in tensors:
-        key += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+        if t is None:
+            key.append(None)
+        else:
+            key += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
     return tuple(key)
 
 

@@ -39,9 +39,9 @@ from fusebench.kernels.device import is_hopper_or_newer, next_pow2, num_sms
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.gemm_utils import (
-    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note, tensor_key, tuned_launch,
+    check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note, tuned_launch,
 )
-from fusebench.kernels.launch import Launch
+from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
@@ -434,10 +434,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     """out[M, N] = epilogue(a[M, K] @ b[K, N]) in one kernel; epilogue = + bias[N], + residual[M, N], relu.
 
     `out` may be any strided (M, N) view (the 1x1 convolutions write into an NHWC tensor).
-    A call whose key (tensor_key of the operands, relu, impl and the policy) was met before is one
+    A call whose key (launch.signature of the operands, relu, impl and the policy) was met before is one
     dict lookup, C's allocation and the launch(es).
     """
-    plan = _PLANS.get((tensor_key(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL))
+    plan = _PLANS.get((signature(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL))
     if plan is not None:
         return plan(a, b, bias, residual, out)
     return gemm_with_plan(a, b, bias, residual, relu, out, impl)[1]
@@ -452,7 +452,7 @@ def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=No
     so a caller may pass the tensors that its 2-D operands are views of (conv.py's 1x1 path)."""
     assert a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0], (a.shape, b.shape)
     assert a.dtype == b.dtype
-    key = (tensor_key(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL)
+    key = (signature(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL)
     M, K = a.shape
     N = b.shape[1]
     alloc = functools.partial(torch.empty, (M, N), device=a.device, dtype=a.dtype)

@@ -7,7 +7,8 @@ from fusebench.kernels import KERNELS
 import fusebench.kernels.b2b as kb2b
 import fusebench.kernels.gemm_utils as gu
 import fusebench.kernels.matmul as kmm
-from fusebench.kernels.gemm_utils import tensor_key, tuned_launch
+from fusebench.kernels.gemm_utils import tuned_launch
+from fusebench.kernels.launch import signature
 from fusebench.kernels.launch import Launch
 from compute_checks import DEVICE, DTYPES, ON_GPU, gpu, needs_gpu, run_case, run_twice, spy
 
@@ -232,12 +233,12 @@ def test_tuned_launch_takes_the_chosen_config_and_heuristics():
     torch.testing.assert_close(c, a @ b + bias, rtol=1e-4, atol=1e-4)
 
 
-def test_tensor_key():
+def test_signature():
     t = torch.zeros(64)
-    assert tensor_key(t[:32], t[32:]) == tensor_key(t[:32], t[:32])
-    assert tensor_key(t[1:33]) != tensor_key(t[:32])  # alignment
-    assert tensor_key(t.view(8, 8).t()) != tensor_key(t.view(8, 8))  # strides
-    assert tensor_key(None) == (None,)
+    assert signature(t[:32], t[32:]) == signature(t[:32], t[:32])
+    assert signature(t[1:33]) != signature(t[:32])  # alignment
+    assert signature(t.view(8, 8).t()) != signature(t.view(8, 8))  # strides
+    assert signature(None) == (None,)
 
 
 @gpu
