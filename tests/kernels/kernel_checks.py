@@ -12,6 +12,7 @@ import torch
 
 from fusebench.cases.base import get_case
 from fusebench.kernels import plans
+from fusebench.measure.timing import TimingSettings
 import fusebench.kernels.horizontal as khor
 import fusebench.kernels.norms as knorm
 import fusebench.kernels.pointwise as kpw
@@ -114,3 +115,26 @@ def fresh_launchers(monkeypatch) -> list[dict]:
         monkeypatch.setattr(module, "_LAUNCHERS", {})
         fresh.append(module._LAUNCHERS)
     return fresh
+
+
+# ----------------------------------------------------------------------------------------------
+# the training kernels' checks
+
+# A cell's timing cut to a few repetitions: the training tests check gradients, not time.
+FAST_TIMING = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3)
+
+
+def close(got, want, tol=2e-5):
+    """|got - want| <= tol, relative to max(1, max|want|)."""
+    err = (got.double() - want).abs().max().item()
+    assert err <= tol * max(1.0, want.abs().max().item()), err
+
+
+def grads(fn, inputs, dy):
+    """(outputs as a tuple, each input's gradient): fn on fresh leaves, backward with `dy` (one
+    gradient per output)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.autograd.backward(outs, dy)
+    return outs, [t.grad for t in leaves]

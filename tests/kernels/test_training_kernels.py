@@ -8,25 +8,11 @@ from fusebench.kernels import plans
 from fusebench.kernels import cross_entropy as kce
 from fusebench.kernels import rmsnorm as krms
 from fusebench.kernels import swiglu as ksw
-from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell, plan_cells
+from kernel_checks import FAST_TIMING, close, grads
 
-FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3)
 ODD = [(5, 37), (33, 300)]
-
-
-def _close(got, want, tol=2e-5):
-    err = (got.double() - want).abs().max().item()
-    assert err <= tol * max(1.0, want.abs().max().item()), err
-
-
-def _grads(fn, inputs, dy):
-    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
-    out = fn(*leaves)
-    outs = out if isinstance(out, tuple) else (out,)
-    torch.autograd.backward(outs, dy)
-    return outs, [t.grad for t in leaves]
 
 
 @pytest.mark.parametrize("shape", ODD)
@@ -34,18 +20,18 @@ def test_rmsnorm_forward_and_backward(shape):
     M, N = shape
     g = torch.Generator().manual_seed(M)
     x, w, dy = torch.randn(M, N, generator=g), torch.randn(N, generator=g), torch.randn(M, N, generator=g)
-    (y,), (dx, dw) = _grads(krms.RMSNorm.apply, (x, w), (dy,))
-    (yr,), (dxr, dwr) = _grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
+    (y,), (dx, dw) = grads(krms.RMSNorm.apply, (x, w), (dy,))
+    (yr,), (dxr, dwr) = grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
                                (dy.double(),))
-    _close(y, yr)
-    _close(dx, dxr)
-    _close(dw, dwr)
+    close(y, yr)
+    close(dx, dxr)
+    close(dw, dwr)
 
 
 @pytest.mark.parametrize("plan", [plans.loop_plan(64, 4), plans.loop_plan(128, 4, grid=3)])
 def test_rmsnorm_looped_rows(plan):
     x, w = torch.randn(7, 301), torch.randn(301)
-    _close(krms.rmsnorm_impl(x, w, plan=plan), F.rms_norm(x.double(), (301,), w.double(), krms.RMSNORM_EPS))
+    close(krms.rmsnorm_impl(x, w, plan=plan), F.rms_norm(x.double(), (301,), w.double(), krms.RMSNORM_EPS))
 
 
 def test_rmsnorm_backward_partials_over_several_programs():
@@ -65,14 +51,14 @@ def test_add_rmsnorm_forward_and_backward(shape, max_onchip):
     dh, dy = torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
     h, y = krms.add_rmsnorm_impl(x, r, w, max_onchip=max_onchip)
     ref_h = x.double() + r.double()
-    _close(h, ref_h)
-    _close(y, F.rms_norm(ref_h, (N,), w.double(), krms.RMSNORM_EPS))
-    _, (dx, dr, dw) = _grads(krms.AddRMSNorm.apply, (x, r, w), (dh, dy))
+    close(h, ref_h)
+    close(y, F.rms_norm(ref_h, (N,), w.double(), krms.RMSNORM_EPS))
+    _, (dx, dr, dw) = grads(krms.AddRMSNorm.apply, (x, r, w), (dh, dy))
     ref = lambda a, b, c: (a + b, F.rms_norm(a + b, (N,), c, krms.RMSNORM_EPS))  # noqa: E731
-    _, (dxr, drr, dwr) = _grads(ref, (x.double(), r.double(), w.double()), (dh.double(), dy.double()))
-    _close(dx, dxr)
-    _close(dr, drr)
-    _close(dw, dwr)
+    _, (dxr, drr, dwr) = grads(ref, (x.double(), r.double(), w.double()), (dh.double(), dy.double()))
+    close(dx, dxr)
+    close(dr, drr)
+    close(dw, dwr)
 
 
 def test_add_rmsnorm_refuses_a_plan_that_cannot_write_the_sum():
@@ -84,11 +70,11 @@ def test_add_rmsnorm_refuses_a_plan_that_cannot_write_the_sum():
 def test_swiglu_forward_and_backward(shape):
     g = torch.Generator().manual_seed(1)
     a, b, dy = (torch.randn(shape, generator=g) * 3 for _ in range(3))
-    (y,), (da, db) = _grads(ksw.SwiGLU.apply, (a, b), (dy,))
-    (yr,), (dar, dbr) = _grads(lambda p, q: F.silu(p) * q, (a.double(), b.double()), (dy.double(),))
-    _close(y, yr)
-    _close(da, dar)
-    _close(db, dbr)
+    (y,), (da, db) = grads(ksw.SwiGLU.apply, (a, b), (dy,))
+    (yr,), (dar, dbr) = grads(lambda p, q: F.silu(p) * q, (a.double(), b.double()), (dy.double(),))
+    close(y, yr)
+    close(da, dar)
+    close(db, dbr)
 
 
 @pytest.mark.parametrize("shape", [(3, 7), (5, 5003)])  # one chunk; two chunks, the second ragged
@@ -105,8 +91,8 @@ def test_cross_entropy_loss_and_gradient(shape):
     ref_leaf = logits.double().requires_grad_(True)
     ref = F.cross_entropy(ref_leaf, targets)
     ref.backward(dloss.double())
-    _close(loss, ref)
-    _close(leaf.grad, ref_leaf.grad)
+    close(loss, ref)
+    close(leaf.grad, ref_leaf.grad)
     # without a gradient wanted, the forward writes none
     loss2, grad2 = kce.cross_entropy_forward(logits, targets)
     assert grad2 is None and torch.equal(loss2, loss.detach())
@@ -124,7 +110,7 @@ def test_cross_entropy_backward_can_run_twice_on_one_graph():
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
 def test_triton_cells_in_every_mode(case, mode):
     shape = {"swiglu": (9, 33), "cross_entropy": (6, 301)}.get(case, (9, 40))
-    row = measure_cell(Cell(case, "triton", shape, "fp32", "cpu", mode), FAST)
+    row = measure_cell(Cell(case, "triton", shape, "fp32", "cpu", mode), FAST_TIMING)
     assert row["status"] == "ok", row.get("reason")
     assert row["seeds"] == 3 and row["tol_ratio"] <= 1
     assert row["na"]["time"] == "Triton interpreter: correctness only"
@@ -149,14 +135,14 @@ def test_rmsnorm_backward_long_row_kernels(shape, programs):
     g = torch.Generator().manual_seed(M + N)
     x, w, dy, dh = torch.randn(M, N, generator=g), torch.randn(N, generator=g), torch.randn(M, N, generator=g), \
         torch.randn(M, N, generator=g)
-    _, (dxr, dwr) = _grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
+    _, (dxr, dwr) = grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
                            (dy.double(),))
     for onchip in (plans.MAX_ONCHIP, 2):
         dx, dw = krms.rmsnorm_backward(dy, x, w, programs=programs, max_onchip=onchip)
-        _close(dx, dxr)
-        _close(dw, dwr, tol=1e-4)
+        close(dx, dxr)
+        close(dw, dwr, tol=1e-4)
         dx, _ = krms.rmsnorm_backward(dy, x, w, dh, programs=programs, max_onchip=onchip)
-        _close(dx, dxr + dh.double())
+        close(dx, dxr + dh.double())
 
 
 def test_cross_entropy_chunks_rescale_the_running_sum(monkeypatch):
@@ -173,8 +159,8 @@ def test_cross_entropy_chunks_rescale_the_running_sum(monkeypatch):
     loss.backward()
     ref_leaf = logits.double().requires_grad_(True)
     F.cross_entropy(ref_leaf, targets).backward()
-    _close(loss, F.cross_entropy(logits.double(), targets))
-    _close(leaf.grad, ref_leaf.grad)
+    close(loss, F.cross_entropy(logits.double(), targets))
+    close(leaf.grad, ref_leaf.grad)
     assert loss.dtype == torch.float32
 
 

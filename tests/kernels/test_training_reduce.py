@@ -8,33 +8,18 @@ import torch.nn.functional as F
 from fusebench.cases import get_case
 from fusebench.kernels import layernorm_backward as klnb
 from fusebench.kernels import softmax_autograd as ksa
-from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
-
-FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3)
-
-
-def _close(got, want, tol=2e-5):
-    err = (got.double() - want).abs().max().item()
-    assert err <= tol * max(1.0, want.abs().max().item()), err
-
-
-def _grads(fn, inputs, dy):
-    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
-    out = fn(*leaves)
-    out.backward(dy)
-    return out, [t.grad for t in leaves]
-
+from kernel_checks import FAST_TIMING, close, grads
 
 @pytest.mark.parametrize("shape", [(5, 37), (3, 1000)])
 def test_softmax_forward_and_backward(shape):
     g = torch.Generator().manual_seed(shape[1])
     x, dy = torch.randn(shape, generator=g) * 3, torch.randn(shape, generator=g)
-    y, (dx,) = _grads(ksa.softmax, (x,), dy)
-    yr, (dxr,) = _grads(lambda a: torch.softmax(a, 1), (x.double(),), dy.double())
-    _close(y, yr)
-    _close(dx, dxr)
+    (y,), (dx,) = grads(ksa.softmax, (x,), dy)
+    (yr,), (dxr,) = grads(lambda a: torch.softmax(a, 1), (x.double(),), dy.double())
+    close(y, yr)
+    close(dx, dxr)
 
 
 def _layernorm_grads(M, N, **kw):
@@ -43,7 +28,7 @@ def _layernorm_grads(M, N, **kw):
     x = torch.randn(M, N, generator=g) * 2 + 30
     w, dy = torch.randn(N, generator=g), torch.randn(M, N, generator=g)
     dx, dw, db = klnb.layernorm_backward(dy, x, w, **kw)
-    _, (dxr, dwr, dbr) = _grads(lambda a, b, c: F.layer_norm(a, (N,), b, c, klnb.LAYERNORM_EPS),
+    _, (dxr, dwr, dbr) = grads(lambda a, b, c: F.layer_norm(a, (N,), b, c, klnb.LAYERNORM_EPS),
                                 (x.double(), w.double(), torch.zeros(N, dtype=torch.float64)), dy.double())
     return (dx, dw, db), (dxr, dwr, dbr)
 
@@ -53,7 +38,7 @@ def _layernorm_grads(M, N, **kw):
 def test_layernorm_backward_kernels(shape, max_onchip):
     got, want = _layernorm_grads(*shape, max_onchip=max_onchip)
     for a, b in zip(got, want):
-        _close(a, b, tol=1e-4)
+        close(a, b, tol=1e-4)
 
 
 @pytest.mark.parametrize("programs", [1, 7])  # one program for all rows; rows past M in the last
@@ -61,18 +46,18 @@ def test_layernorm_backward_partials_over_programs(programs):
     for max_onchip in (16384, 16):  # the long-row kernels: row groups of the column kernel
         got, want = _layernorm_grads(29, 50, max_onchip=max_onchip, programs=programs * 4)
         for a, b in zip(got, want):
-            _close(a, b, tol=1e-4)
+            close(a, b, tol=1e-4)
 
 
 def test_layernorm_autograd_gives_every_gradient():
     N = 40
     x, w, b, dy = torch.randn(6, N), torch.randn(N), torch.randn(N), torch.randn(6, N)
-    y, grads = _grads(klnb.layer_norm, (x, w, b), dy)
-    yr, refs = _grads(lambda *a: F.layer_norm(a[0], (N,), a[1], a[2], klnb.LAYERNORM_EPS),
+    (y,), got = grads(klnb.layer_norm, (x, w, b), dy)
+    (yr,), refs = grads(lambda *a: F.layer_norm(a[0], (N,), a[1], a[2], klnb.LAYERNORM_EPS),
                       (x.double(), w.double(), b.double()), dy.double())
-    _close(y, yr)
-    for a, r in zip(grads, refs):
-        _close(a, r, tol=1e-4)
+    close(y, yr)
+    for a, r in zip(got, refs):
+        close(a, r, tol=1e-4)
 
 
 def test_backward_models():
@@ -87,14 +72,14 @@ def test_backward_models():
 @pytest.mark.parametrize("impl", ["eager", "triton"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
 def test_cells_in_every_mode(case, impl, mode):
-    row = measure_cell(Cell(case, impl, (9, 301), "fp32", "cpu", mode), FAST)
+    row = measure_cell(Cell(case, impl, (9, 301), "fp32", "cpu", mode), FAST_TIMING)
     assert row["status"] == "ok", row.get("reason")
     assert row["seeds"] == 3 and row["tol_ratio"] <= 1
 
 
 @pytest.mark.parametrize("case", ["softmax", "layernorm"])
 def test_inductor_cells_in_training_modes(case):
-    row = measure_cell(Cell(case, "inductor", (9, 301), "fp32", "cpu", "fwd_bwd"), FAST)
+    row = measure_cell(Cell(case, "inductor", (9, 301), "fp32", "cpu", "fwd_bwd"), FAST_TIMING)
     assert row["status"] == "ok", row.get("reason")
     assert row["tol_ratio"] <= 1
 
@@ -108,5 +93,5 @@ def test_a_wrong_layernorm_gradient_fails_the_cell(monkeypatch):
         return dx, dw, -db
 
     monkeypatch.setattr(klnb, "layernorm_backward", wrong)
-    row = measure_cell(Cell("layernorm", "triton", (9, 40), "fp32", "cpu", "fwd_bwd"), FAST)
+    row = measure_cell(Cell("layernorm", "triton", (9, 40), "fp32", "cpu", "fwd_bwd"), FAST_TIMING)
     assert row["status"] == "mismatch" and "gradient of input 2" in row["reason"]
