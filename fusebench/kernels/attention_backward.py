@@ -188,13 +188,15 @@ def _bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV, sm_scale,  #
         lo = tl.minimum(start_n + BLOCK_N, N_CTX)
         dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_row, delta_row, stride_qm, stride_qd, stride_dm,
                              stride_dd, start_n, lo, qk_scale, N_CTX, offs_n, BLOCK_M, HEAD_DIM, True, True)
+        tail_lo = tl.maximum(lo, n_full)
     else:
         lo = 0
+        tail_lo = n_full
     # the later queries see every key of the block: no mask but the partial last block's
     dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_row, delta_row, stride_qm, stride_qd, stride_dm,
                          stride_dd, lo, n_full, qk_scale, N_CTX, offs_n, BLOCK_M, HEAD_DIM, False, False)
     dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_row, delta_row, stride_qm, stride_qd, stride_dm,
-                         stride_dd, tl.maximum(lo, n_full), N_CTX, qk_scale, N_CTX, offs_n, BLOCK_M, HEAD_DIM,
+                         stride_dd, tail_lo, N_CTX, qk_scale, N_CTX, offs_n, BLOCK_M, HEAD_DIM,
                          False, True)
     dk *= sm_scale
     # dK and dV: contiguous (batch, heads, seqlen, head_dim)
