@@ -124,7 +124,7 @@ def _attn_body(q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, de
                start_m, qk_scale, N_CTX,  #
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,  #
                CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
-    """Run the key-block loops for one query block; returns (acc, l_i)."""
+    """Run the key-block loops for one query block; returns (acc, l_i, m_i)."""
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -149,19 +149,27 @@ def _attn_body(q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, de
         acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
                                     desc_k, desc_v, kv_row0, n_full, N_CTX, qk_scale, N_CTX, offs_m,
                                     BLOCK_N, HEAD_DIM, False, True, USE_TMA, PRECISION)
-    return acc, l_i
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _store_lse(Lse, off_hz, offs_m, m_i, l_i, N_CTX):
+    # each row's logsumexp of scale * q k^T, natural log, into the contiguous fp32 (batch, heads, seqlen)
+    # Lse, for the backward (attention_backward.py); m_i and log2(l_i) are in base 2
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(Lse + off_hz.to(tl.int64) * N_CTX + offs_m, lse, mask=offs_m < N_CTX)
 
 
 @autotune(configs=_attn_configs(), key=["N_CTX", "HEAD_DIM", "CAUSAL"],
                  prune_configs_by={"early_config_prune": _prune_attn})
 @triton.jit
-def _attn_fwd(Q, K, V, Out, sm_scale,  #
+def _attn_fwd(Q, K, V, Out, Lse, sm_scale,  #
               stride_qz, stride_qh, stride_qm, stride_qd,  #
               stride_kz, stride_kh, stride_kn, stride_kd,  #
               stride_vz, stride_vh, stride_vn, stride_vd,  #
               stride_oz, stride_oh, stride_om, stride_od,  #
               H, N_CTX,  #
-              HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,  #
+              HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr, STORE_LSE: tl.constexpr,  #
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
     # program (query block, batch*head); causal: heaviest query blocks (the last ones) first
@@ -183,9 +191,11 @@ def _attn_fwd(Q, K, V, Out, sm_scale,  #
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                 mask=offs_m[:, None] < N_CTX, other=0.0)
     qk_scale = sm_scale * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
-    acc, l_i = _attn_body(q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, K, V, 0,
-                          start_m, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, False, PRECISION)
+    acc, l_i, m_i = _attn_body(q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, K, V, 0,
+                               start_m, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, False, PRECISION)
     acc = acc / l_i[:, None]
+    if STORE_LSE:
+        _store_lse(Lse, off_hz, offs_m, m_i, l_i, N_CTX)
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=offs_m[:, None] < N_CTX)
 
@@ -200,10 +210,10 @@ def _tma_block_shapes(nargs):
 @autotune(configs=_attn_configs(_tma_block_shapes), key=["N_CTX", "HEAD_DIM", "CAUSAL"],
                  prune_configs_by={"early_config_prune": _prune_attn})
 @triton.jit
-def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, sm_scale,  #
+def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, Lse, sm_scale,  #
                   stride_oz, stride_oh, stride_om, stride_od,  #
                   H, N_CTX,  #
-                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,  #
+                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,  #
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Same algorithm; q, k, v are contiguous and seen as one (batch*heads*seqlen, head_dim) matrix.
 
@@ -221,10 +231,12 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, sm_scale,  #
     row0 = off_hz * N_CTX  # first row of this head in the 2-D view
     q = desc_q.load([row0 + start_m * BLOCK_M, 0])
     qk_scale = sm_scale * 1.4426950408889634
-    acc, l_i = _attn_body(q, Out, Out, 0, 0, 0, 0, desc_k, desc_v, row0,
-                          start_m, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, True, "ieee")
+    acc, l_i, m_i = _attn_body(q, Out, Out, 0, 0, 0, 0, desc_k, desc_v, row0,
+                               start_m, qk_scale, N_CTX, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, True, "ieee")
     acc = acc / l_i[:, None]
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if STORE_LSE:
+        _store_lse(Lse, off_hz, offs_m, m_i, l_i, N_CTX)
     offs_d = tl.arange(0, HEAD_DIM)
     o_base = Out + off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
     o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
@@ -249,33 +261,44 @@ def attention_impl_for(q, k, v) -> str:
     return "tma" if _tma_ok(q, k, v) else "ptr"
 
 
-# {problem key: plan}; a plan is `plan(q, k, v) -> out`, the kernel, its config, the grid and the
-# integer arguments fixed at the key's first call.
+# {problem key: plan}; a plan is `plan(q, k, v) -> out` (with_lse: (out, lse)), the kernel, its
+# config, the grid and the integer arguments fixed at the key's first call.
 _PLANS: dict = {}
 
 
-def flash_attention(q, k, v, causal: bool, impl: str | None = None) -> torch.Tensor:
-    key = (signature(q, k, v), bool(causal), impl, ATTN_IMPL)
+def flash_attention(q, k, v, causal: bool, impl: str | None = None, with_lse: bool = False):
+    """The attention output; with_lse: (output, each row's logsumexp of scale * q k^T as fp32
+    (batch, heads, seqlen)), which the backward needs."""
+    key = (signature(q, k, v), bool(causal), impl, ATTN_IMPL, with_lse)
     plan = _PLANS.get(key)
     if plan is None:
-        plan, out = _first_call(q, k, v, causal, impl)
+        plan, out = _first_call(q, k, v, causal, impl, with_lse)
         _PLANS[key] = plan
         return out
     return plan(q, k, v)
 
 
-def _first_call(q, k, v, causal, impl):
+def _first_call(q, k, v, causal, impl, with_lse=False):
     """Run the kernel through its autotuner on this call's operands; then (plan, output)."""
     B, H, S, D = q.shape
     assert k.shape == q.shape and v.shape == q.shape, "self-attention shapes only"
     assert D in HEAD_DIMS, f"head_dim {D} not supported"
     alloc = functools.partial(torch.empty, q.shape, device=q.device, dtype=q.dtype)  # contiguous (B, H, S, D)
-    out = alloc()
+
+    def alloc_both():
+        # the output and the rows' logsumexp; without with_lse the output is passed as the unused Lse
+        out = alloc()
+        return out, (torch.empty((B, H, S), device=q.device, dtype=torch.float32) if with_lse else out)
+
+    def result(out, lse):
+        return (out, lse) if with_lse else out
+
+    out, lse = alloc_both()
     if out.numel() == 0:
-        return (lambda q, k, v: alloc()), out
+        return (lambda q, k, v: result(*alloc_both())), result(out, lse)
     sm_scale = 1.0 / math.sqrt(D)
     impl = impl or attention_impl_for(q, k, v)
-    consts = dict(HEAD_DIM=D, CAUSAL=bool(causal))
+    consts = dict(HEAD_DIM=D, CAUSAL=bool(causal), STORE_LSE=with_lse)
 
     def grid(meta):
         return (triton.cdiv(S, meta["BLOCK_M"]), B * H)
@@ -284,7 +307,7 @@ def _first_call(q, k, v, causal, impl):
         from triton.tools.tensor_descriptor import TensorDescriptor
         dummy = [1, 1]  # the autotuner's pre_hook sets each config's block shapes
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), dummy) for t in (q, k, v)]
-        tail = (out, sm_scale, *out.stride(), H, S)
+        tail = (out, lse, sm_scale, *out.stride(), H, S)
         _attn_fwd_tma[grid](*descs, *tail, **consts)
         launch = tuned_launch(_attn_fwd_tma, grid, (*descs, *tail), consts)
         cfg = _attn_fwd_tma.best_config.kwargs
@@ -295,23 +318,23 @@ def _first_call(q, k, v, causal, impl):
         desc = gu.unchecked_descriptor
 
         def plan(q, k, v):
-            out = alloc()
-            launch(desc(q, *q_geo), desc(k, *kv_geo), desc(v, *kv_geo), out, *ints)
-            return out
+            out, lse = alloc_both()
+            launch(desc(q, *q_geo), desc(k, *kv_geo), desc(v, *kv_geo), out, lse, *ints)
+            return result(out, lse)
 
-        return plan, out
+        return plan, result(out, lse)
     # fp32 attention: exact dots (softmax is sensitive to tf32 rounding of the scores)
     consts["PRECISION"] = "ieee"
     ints = (sm_scale, *q.stride(), *k.stride(), *v.stride(), *out.stride(), H, S)
-    _attn_fwd[grid](q, k, v, out, *ints, **consts)
-    launch = tuned_launch(_attn_fwd, grid, (q, k, v, out, *ints), consts)
+    _attn_fwd[grid](q, k, v, out, lse, *ints, **consts)
+    launch = tuned_launch(_attn_fwd, grid, (q, k, v, out, lse, *ints), consts)
 
     def plan(q, k, v):
-        out = alloc()
-        launch(q, k, v, out, *ints)
-        return out
+        out, lse = alloc_both()
+        launch(q, k, v, out, lse, *ints)
+        return result(out, lse)
 
-    return plan, out
+    return plan, result(out, lse)
 
 
 def _supports(shape, dtype, device):
@@ -332,6 +355,7 @@ def _describe(shape, dtype):
     return f"{'fp16' if dtype == torch.float16 else 'bf16'}, flash fwd ({how}), {kind}"
 
 
-@triton_kernel("attention", supports=_supports, describe=_describe, interpretable=True)
+@triton_kernel("attention", supports=_supports, describe=_describe, interpretable=True,
+               autograd="fusebench.kernels.attention_backward:attention")
 def attention(q, k, v, causal: bool):
     return flash_attention(q, k, v, causal)
