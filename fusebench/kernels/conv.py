@@ -186,14 +186,15 @@ def _fold_plan(w, eps):
     dense = _dense_format(w) is not None  # else folded from a dense copy, per call
     cout = w.shape[0]
     per_channel = w.numel() // cout
-    shift_alloc = functools.partial(torch.empty, cout, device=w.device, dtype=w.dtype)
+    # w_out keeps the (dense) weight's layout; a plan allocates with new_empty_strided, the cheapest
+    w_shape, w_stride = tuple(w.shape), (w if dense else w.contiguous()).stride()
     launch = Launch(_fold_bn_kernel, (cout,), dict(BLOCK=min(1024, next_pow2(per_channel, floor=16)), num_warps=4))
 
     def plan(w, mean, var, gamma, beta):
         if not dense:
             w = w.contiguous()
-        w_out = torch.empty_like(w)  # keeps w's memory format
-        shift = shift_alloc()
+        w_out = w.new_empty_strided(w_shape, w_stride)
+        shift = w.new_empty_strided((cout,), (1,))
         launch(w, w_out, shift, mean, var, gamma, beta, per_channel, eps)
         return w_out, shift
 
@@ -353,7 +354,8 @@ def _conv_key(x, w, stride, bias, residual, relu, path):
 
 def conv_fused(x, w, stride: int, bias=None, residual=None, relu=False, path: str | None = None):
     """epilogue(conv2d(x, w, stride, padding=R//2)): + bias[c], + residual, relu."""
-    plan = _PLANS.get(_conv_key(x, w, stride, bias, residual, relu, path))
+    # _conv_key, inlined: this is every call's path
+    plan = _PLANS.get((signature(x, w, bias, residual), stride, relu, path, CONV_PATH, gu.MULTI_KERNEL))
     if plan is not None:
         return plan(x, w, bias, residual)
     return conv_with_plan(x, w, stride, bias, residual, relu, path)[1]
@@ -395,10 +397,10 @@ def _igemm_plan(x, w, stride, bias, residual, relu):
     cout, _, r, s = w.shape
     ho, wo, pad = _out_hw(x, w, stride)
     fmt = torch.channels_last if _is_cl(x) else torch.contiguous_format
-    alloc = functools.partial(torch.empty, (n, cout, ho, wo), device=x.device, dtype=x.dtype, memory_format=fmt)
-    y = alloc()
+    y = torch.empty((n, cout, ho, wo), device=x.device, dtype=x.dtype, memory_format=fmt)
+    shape, ystride = tuple(y.shape), y.stride()  # a plan's allocation: new_empty_strided, the cheapest
     if y.numel() == 0:
-        return (lambda x, w, bias, residual: alloc()), y
+        return (lambda x, w, bias, residual: x.new_empty_strided(shape, ystride)), y
     # without a residual, pass y's strides: the same integer specialization, so the same binary
     rs = residual.stride() if residual is not None else y.stride()
     ints = (n, cin, h, wd, cout, ho, wo, r, s, stride, pad, *x.stride(), *w.stride(), *y.stride(), *rs,
@@ -413,7 +415,7 @@ def _igemm_plan(x, w, stride, bias, residual, relu):
     launch = tuned_launch(_conv_igemm_kernel, grid, args, consts)
 
     def plan(x, w, bias, residual):
-        y = alloc()
+        y = x.new_empty_strided(shape, ystride)
         launch(x, w, y, y if bias is None else bias, y if residual is None else residual, *ints)
         return y
 
@@ -424,9 +426,8 @@ def _gemm1x1_plan(x, w, stride, bias, residual, relu):
     # x (N, C, H, W) channels_last is the row-major matrix (N*H*W, C); w (K, C, 1, 1) is (K, C).
     n, cin, h, wd = x.shape
     cout = w.shape[0]
-    alloc = functools.partial(torch.empty, (n, cout, h, wd), device=x.device, dtype=x.dtype,
-                              memory_format=torch.channels_last)
-    y = alloc()
+    y = torch.empty((n, cout, h, wd), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    shape, ystride = tuple(y.shape), y.stride()
     a = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)
     b = w.reshape(cout, cin).t()  # (C, K) view of the (K, C) weight
     y2 = y.permute(0, 2, 3, 1).view(n * h * wd, cout)
@@ -440,7 +441,7 @@ def _gemm1x1_plan(x, w, stride, bias, residual, relu):
 
     # the GEMM's plan reads only data pointers: x, w, y and the residual stand for their 2-D views
     def plan(x, w, bias, residual):
-        y = alloc()
+        y = x.new_empty_strided(shape, ystride)
         if residual is not None and not res_cl:
             residual = residual.contiguous(memory_format=torch.channels_last)
         inner(x, w, bias, residual, y)

@@ -16,6 +16,10 @@ A chunk is 4096 columns over 8 warps: 16 logits a thread, with the scalars the o
 carried across chunks, whatever the vocabulary.
 
 The per-row losses (fp32) are averaged by torch (M values).
+
+A call is one lookup of the launch kept for its operands' key (launch.signature), the allocations,
+the launch and the mean; a new key checks the operands (logits whose columns are strided, or
+targets that are not contiguous, are copied: the copies have a key of their own).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels import plans
+from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
 BLOCK_N = 4096
@@ -66,24 +71,49 @@ def _scale_kernel(g_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, (g * scale).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+class _Launcher:
+    """A key's launch (None: no rows), its arguments after the pointers, and the outputs' shapes."""
+
+    __slots__ = ("launch", "rest", "rows", "shape", "stride")
+
+    def __init__(self, x: torch.Tensor, with_grad: bool):
+        M, N = x.shape
+        self.rows, self.shape, self.stride = (M,), (M, N), (N, 1)
+        block_n = min(BLOCK_N, triton.next_power_of_2(N))
+        self.launch = Launch(_ce_kernel, (M,), dict(WITH_GRAD=with_grad, BLOCK_N=block_n, num_warps=plans.num_warps_for(
+            block_n, per_thread=16, lo=1, hi=8))) if M else None
+        self.rest = (N, x.stride(0), N if with_grad else 0, 1.0 / M if M else 0.0)
+
+
+# (with_grad, the signature of logits and targets) -> its _Launcher
+_LAUNCHERS: dict[tuple, _Launcher] = {}
+
+
 def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_grad: bool = False):
     """(mean loss in the logits' dtype, the logits' gradient for an incoming gradient of 1, or None)."""
+    f = _LAUNCHERS.get((with_grad, signature(logits, targets)))
+    if f is None:
+        return _miss(logits, targets, with_grad)
+    losses = logits.new_empty_strided(f.rows, (1,), dtype=torch.float32)
+    grad = logits.new_empty_strided(f.shape, f.stride) if with_grad else None
+    if f.launch is not None:
+        f.launch(logits, targets, losses, grad if with_grad else logits, *f.rest)
+    # the mean over rows in fp32, rounded once to the logits' dtype (as F.cross_entropy returns it)
+    return losses.mean().to(logits.dtype), grad
+
+
+def _miss(logits, targets, with_grad):
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"logits must be (rows, vocab) and targets (rows,), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
     x = plans.as_2d_strided(logits)
     if x.stride(1) != 1:
         x = x.contiguous()
-    M, N = x.shape
-    losses = torch.empty(M, dtype=torch.float32, device=x.device)
-    grad = torch.empty((M, N), dtype=x.dtype, device=x.device) if with_grad else None
-    if M:
-        block_n = min(BLOCK_N, triton.next_power_of_2(N))
-        _ce_kernel[(M,)](x, targets.contiguous(), losses, grad if with_grad else x, N, x.stride(0),
-                         grad.stride(0) if with_grad else 0, 1.0 / M, WITH_GRAD=with_grad, BLOCK_N=block_n,
-                         num_warps=plans.num_warps_for(block_n, per_thread=16, lo=1, hi=8))
-    # the mean over rows in fp32, rounded once to the logits' dtype (as F.cross_entropy returns it)
-    return losses.mean().to(logits.dtype), grad
+    t = targets.contiguous()
+    if x is not logits or t is not targets:
+        return cross_entropy_forward(x, t, with_grad)
+    _LAUNCHERS[(with_grad, signature(logits, targets))] = _Launcher(x, with_grad)
+    return cross_entropy_forward(logits, targets, with_grad)
 
 
 def scale(grad: torch.Tensor, by: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,6 @@ keeps autotuning affordable.  They are branch-uniform and outside the K loop, so
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 import triton
@@ -455,8 +454,9 @@ def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=No
     key = (signature(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL)
     M, K = a.shape
     N = b.shape[1]
-    alloc = functools.partial(torch.empty, (M, N), device=a.device, dtype=a.dtype)
-    c = alloc() if out is None else out
+    # C's allocation in a plan: new_empty_strided with plain tuples, the cheapest from Python
+    alloc = ((M, N), (N, 1))
+    c = a.new_empty_strided(*alloc) if out is None else out
     if M == 0 or N == 0:
         return None, c
     if K == 0:  # an empty sum: only the epilogue remains (not cached: nothing to launch)
@@ -503,8 +503,10 @@ def _ptr_plan(a, b, c, bias, residual, relu, alloc):
     _gemm_kernel[grid](*args, **consts)
     launch = tuned_launch(_gemm_kernel, grid, args, consts)
 
+    shape, stride = alloc
+
     def plan(a, b, bias, residual, out):
-        c = alloc() if out is None else out
+        c = a.new_empty_strided(shape, stride) if out is None else out
         launch(a, b, c, c if bias is None else bias, c if residual is None else residual, *ints)
         return c
 
@@ -537,12 +539,18 @@ def _tma_plan(a, b, c, bias, residual, relu, alloc):
     a_geo = ([M, K], list(a.stride()), [bm, bk])
     b_geo = (list(b_mat.shape), list(b_mat.stride()), [bn, bk] if b_trans else [bk, bn])
     c_geo = ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])
-    desc = gu.unchecked_descriptor
+    # One descriptor of each operand, kept: a call sets their bases (the launcher reads each base's
+    # data pointer while it launches) and clears them after, so that no tensor outlives its call.
+    da, db, dc = (gu.unchecked_descriptor(None, *geo) for geo in (a_geo, b_geo, c_geo))
+    shape, stride = alloc
 
     def plan(a, b, bias, residual, out):
-        c = alloc() if out is None else out
-        launch(desc(a, *a_geo), desc(b, *b_geo), desc(c, *c_geo), c if bias is None else bias,
-               c if residual is None else residual, *ints)
+        c = a.new_empty_strided(shape, stride) if out is None else out
+        da.base, db.base, dc.base = a, b, c
+        try:
+            launch(da, db, dc, c if bias is None else bias, c if residual is None else residual, *ints)
+        finally:
+            da.base = db.base = dc.base = None
         return c
 
     return plan
@@ -552,8 +560,8 @@ def _splitk_plan(a, b, c, bias, residual, relu, alloc):
     M, K = a.shape
     N = b.shape[1]
     k_per_split, splits = splitk_slices(M, N, K)
-    ws_alloc = functools.partial(torch.empty, (splits, M, N), device=a.device, dtype=torch.float32)
-    ws = ws_alloc()
+    ws_shape, ws_stride = (splits, M, N), (M * N, N, 1)
+    ws = a.new_empty_strided(ws_shape, ws_stride, dtype=torch.float32)
     gemm_ints = (M, N, K, k_per_split, splits, *a.stride(), *b.stride())
     consts = dict(PRECISION=dot_precision(a.dtype))
 
@@ -570,9 +578,11 @@ def _splitk_plan(a, b, c, bias, residual, relu, alloc):
     reduce_ints = (M, N, *c.stride(), *tail)
     reduce(ws, c, *ptrs, *reduce_ints)
 
+    shape, stride = alloc
+
     def plan(a, b, bias, residual, out):
-        c = alloc() if out is None else out
-        ws = ws_alloc()
+        c = a.new_empty_strided(shape, stride) if out is None else out
+        ws = a.new_empty_strided(ws_shape, ws_stride, dtype=torch.float32)
         partials(a, b, ws, *gemm_ints)
         reduce(ws, c, c if bias is None else bias, c if residual is None else residual, *reduce_ints)
         return c

@@ -220,13 +220,11 @@ def norm_chain_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
 
 def layernorm_run(x, weight, bias, plan=None, max_onchip=plans.MAX_ONCHIP):
     """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with)."""
-    return rowwise.run(LAYERNORM, (x,), (weight, bias), lambda: layernorm_plans(
-        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
+    return rowwise.run(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip)
 
 
 def norm_chain_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
-    return rowwise.run(NORM_CHAIN, (x,), (), lambda: norm_chain_plans(
-        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
+    return rowwise.run(NORM_CHAIN, (x,), (), norm_chain_plans, plan, _SOURCE, max_onchip)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: plans.RowPlan | None = None,

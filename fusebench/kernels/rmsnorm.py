@@ -6,7 +6,7 @@ one sum of squares per row, so every rowwise plan applies (tile, loop, stream, c
 add_rmsnorm: h = x + residual (rounded to the inputs' dtype, as PyTorch's add is), then
 rmsnorm(h).  Its two inputs are the op's two row inputs; h is written by the tile step, through
 the op's second parameter slot (a pointer to h's contiguous rows), so one read of x and residual
-writes both outputs.  Only tile plans write h, so add_rmsnorm takes tile plans alone: rows up to
+writes both outputs (rowwise.RowOp.aux_out).  Only tile plans write h, so add_rmsnorm takes tile plans alone: rows up to
 plans.MAX_ONCHIP columns (every hidden size of today's models); longer rows compute h with
 torch.add and normalize it with the rmsnorm op (two passes; the note says so).
 
@@ -89,7 +89,7 @@ def _sq_coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
 
 RMSNORM = RowOp("rmsnorm", load=_x0, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
                 total=lanes_total, merge=_rstd, apply=_apply, tile=_rms_tile, coop_stats=_sq_coop_stats,
-                coop_merge=_sq_coop_merge, coop_apply=_apply, n_params=2, eps=RMSNORM_EPS)
+                coop_merge=_sq_coop_merge, coop_apply=_apply, n_params=1, eps=RMSNORM_EPS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -116,7 +116,8 @@ def _add_rms_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr)
 
 ADD_RMSNORM = RowOp("add_rmsnorm", load=_sum_rows, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
                     total=lanes_total, merge=_rstd, apply=_apply, tile=_add_rms_tile, coop_stats=_sq_coop_stats,
-                    coop_merge=_sq_coop_merge, coop_apply=_apply, inputs=2, n_params=2, eps=RMSNORM_EPS)
+                    coop_merge=_sq_coop_merge, coop_apply=_apply, inputs=2, n_params=1, aux_out=True,
+                    eps=RMSNORM_EPS)
 
 _SOURCE = functools.partial(tuning.source_hash, __name__, "fusebench.kernels.norms", "fusebench.kernels.softmax",
                             *rowwise.SOURCE_MODULES)
@@ -133,37 +134,23 @@ def add_rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
             if p.mode == "tile"]
 
 
-def _weight_of(x, weight):
-    if weight.shape != (x.shape[1],):
-        raise ValueError(f"weight must have shape ({x.shape[1]},), not {tuple(weight.shape)}")
-    return weight.contiguous()
-
-
 def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
     """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with)."""
-    x = plans.as_2d_strided(x)
-    w = _weight_of(x, weight)
-    cands = functools.partial(rmsnorm_plans, *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    return rowwise.run(RMSNORM, (x,), (w, w), cands, plan, _SOURCE)
+    return rowwise.run(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip)
 
 
 def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
     """((h, rmsnorm(h)), the plan) with h = x + residual; one pass where the rows fit on chip."""
-    x, residual = plans.as_2d_strided(x), plans.as_2d_strided(residual)
-    if x.shape != residual.shape or x.dtype != residual.dtype:
-        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} differ")
-    w = _weight_of(x, weight)
-    M, N = x.shape
+    if x.dim() == 2 and x.shape[1] > max_onchip:  # rows too long for one program: the sum, then the norm
+        if x.shape != residual.shape or x.dtype != residual.dtype:
+            raise ValueError(f"x {tuple(x.shape)} {x.dtype} and residual {tuple(residual.shape)} "
+                             f"{residual.dtype} differ")
+        h = torch.add(x, residual)
+        y, ran = rmsnorm_run(h, weight, plan, max_onchip)
+        return (h, y), ran
     if plan is not None and plan.mode != "tile":
         raise ValueError(f"add_rmsnorm runs tile plans only, not {plan.mode}")
-    if N > max_onchip:  # rows too long for one program: the sum, then the norm
-        h = torch.add(x, residual)
-        y, ran = rmsnorm_run(h, w, plan, max_onchip)
-        return (h, y), ran
-    h = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    cands = functools.partial(add_rmsnorm_plans, M, N, x.device, max_onchip=max_onchip, elem_size=x.element_size())
-    y, ran = rowwise.run(ADD_RMSNORM, (x, residual), (w, h), cands, plan, _SOURCE)
-    return (h, y), ran
+    return rowwise.run(ADD_RMSNORM, (x, residual), (weight,), add_rmsnorm_plans, plan, _SOURCE, max_onchip)
 
 
 def describe_add_rmsnorm(shape, dtype) -> str:

@@ -48,10 +48,10 @@ compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row
 `even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
 
 Host work per call (`run`): one dict lookup of a launcher keyed by the op, a forced plan, the
-caller's `extra` and the tensors' shapes, strides, dtypes, device and 16-byte alignment
-(launch.signature), the output's allocation, and a launch through a launch.Launch, which calls the
-compiled kernel's launcher directly.  The plan, grid, constexprs and exchange buffer are decided
-when a key is first seen; the tuner is asked only then.
+longest row kept on chip and the tensors' shapes, strides, dtypes, device and 16-byte alignment
+(launch.signature), the outputs' allocation, and a launch through a launch.Launch, which calls the
+compiled kernel's launcher directly.  The operands' checks, the plan, grid, constexprs and exchange
+buffer are decided when a key is first seen; the tuner is asked only then.
 """
 from __future__ import annotations
 
@@ -359,8 +359,10 @@ def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, str
 class RowOp:
     """A row-wise op: its device-side steps (see the module docstring) and what it reads.
 
-    `inputs`: row-sized inputs (1 or 2); `params`: per-column parameter vectors (0 or 2);
-    `stats_k`: the words a cooperative program publishes; `even`: EVEN is passed (the op's plain
+    `inputs`: row-sized inputs (1 or 2, of one dtype); `n_params`: per-column parameter vectors
+    (0 to 2; with one, the kernels get it in both parameter slots); `aux_out`: the op also writes
+    a second row-sized output (add_rmsnorm's sum of rows), through the last parameter slot as a
+    pointer to its contiguous rows: run allocates it and returns (it, the output); `stats_k`: the words a cooperative program publishes; `even`: EVEN is passed (the op's plain
     loop and tile drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
     next step's loads ahead (else it is tl.range's num_stages=1); `holds_params(plan, cap)`:
     whether a cooperative program keeps its parameters in registers across rounds."""
@@ -386,6 +388,7 @@ class RowOp:
     eps: float = 0.0
     even: bool = False
     prefetch_loop: bool = True
+    aux_out: bool = False
     holds_params: Callable[[plans.RowPlan, int], bool] | None = None
 
     @property
@@ -482,23 +485,28 @@ SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
 
 class _Launcher:
     """Everything a call of one op on one key needs besides its tensors: the plan, the Launch
-    and its other arguments, the output's shape and strides (launch None: an empty output)."""
+    and its other arguments, the outputs' shape and strides (launch None: empty outputs)."""
 
-    __slots__ = ("plan", "launch", "rest", "shape", "stride", "two")
+    __slots__ = ("plan", "launch", "rest", "shape", "stride", "two", "aux")
 
     def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None):
         a = ins[0]
         M, N = a.shape
         # plain tuples: new_empty_strided parses them faster than torch.Size (~1 us a call)
         self.plan, self.shape, self.stride = plan, (M, N), (N, 1)
-        self.two = op.inputs > 1
+        self.two, self.aux = op.inputs > 1, op.aux_out
         self.launch, self.rest = _launch_for(op, ins, plan) if a.numel() else (None, ())
 
     def __call__(self, ins, prm):
         a = ins[0]
         out = a.new_empty_strided(self.shape, self.stride)  # contiguous, a's dtype and device
+        b = ins[1] if self.two else a
+        if self.aux:
+            aux = a.new_empty_strided(self.shape, self.stride)
+            if self.launch is not None:
+                self.launch(a, b, prm[0], aux, out, *self.rest)
+            return (aux, out), self.plan
         if self.launch is not None:
-            b = ins[1] if self.two else a
             if prm:
                 self.launch(a, b, prm[0], prm[-1], out, *self.rest)
             else:
@@ -506,52 +514,54 @@ class _Launcher:
         return out, self.plan
 
 
-# (op name, forced plan, the caller's `extra`, the tensors' signature) -> its _Launcher
+# (op name, forced plan, max_onchip, the tensors' signature) -> its _Launcher
 _LAUNCHERS: dict[tuple, _Launcher] = {}
 
 
-def run(op: RowOp, ins, prm, candidates: Callable[[], list], plan: plans.RowPlan | None, source,
-        extra=None):
-    """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among `candidates()`.
+def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: plans.RowPlan | None, source,
+        max_onchip: int = plans.MAX_ONCHIP):
+    """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among
+    `candidates(M, N, device, max_onchip=, elem_size=)` (the op's plan list).
 
-    A call is one dict lookup of a launcher keyed by the op, `plan`, `extra` (whatever else decides
-    the candidates: the wrappers pass their max_onchip) and the tensors' shapes, strides, dtypes,
-    device and alignment, an output allocation and a launch.  Only a new key checks the operands,
-    calls `candidates()` and the tuner, and evaluates `source` (the code's hash, or a function
-    returning it) -- so `candidates` must depend on nothing the key leaves out."""
-    key = (op.name, plan, extra, signature(*ins, *prm))
-    found = _LAUNCHERS.get(key)
+    A call is one dict lookup of a launcher keyed by the op, `plan`, `max_onchip` and the tensors'
+    shapes, strides, dtypes, device and alignment, the outputs' allocation and a launch.  Only a
+    new key checks the operands, lists the candidates, asks the tuner and evaluates `source` (the
+    code's hash, or a function returning it)."""
+    found = _LAUNCHERS.get((op.name, plan, max_onchip, signature(*ins, *prm)))
     if found is None:
-        return _miss(op, ins, prm, candidates, plan, source, extra, key)
+        return _miss(op, ins, prm, candidates, plan, source, max_onchip)
     return found(ins, prm)
 
 
-def _miss(op: RowOp, ins, prm, candidates, plan, source, extra, key):
+def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip):
     """run() for a key without a launcher: check the operands, choose the plan, keep the launcher
     where the choice is final (launch.is_final)."""
-    ins = tuple(ins)
+    ins, prm = tuple(ins), tuple(prm)
     if len(ins) != op.inputs or len(prm) != op.n_params:
         raise ValueError(f"{op.name} takes {op.inputs} row input(s) and {op.n_params} parameter vector(s)")
     laid = tuple(plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
-    N = laid[0].shape[1]
+    M, N = laid[0].shape
     if any(t.shape != laid[0].shape for t in laid):
         raise ValueError(f"{op.name}: inputs of shapes {[tuple(t.shape) for t in laid]} differ in shape")
-    # A parameter is a vector of N, or row-sized (add_rmsnorm writes its sum of rows through one).
-    if any(p.shape != (N,) and p.shape != laid[0].shape for p in prm):
-        raise ValueError(f"{op.name}: parameters must have shape ({N},) or the rows', got {[tuple(p.shape) for p in prm]}")
+    if any(t.dtype != laid[0].dtype for t in laid):
+        raise ValueError(f"{op.name}: inputs of dtypes {[t.dtype for t in laid]} differ in dtype")
+    if any(p.shape != (N,) for p in prm):
+        raise ValueError(f"{op.name}: parameters must have shape ({N},), got {[tuple(p.shape) for p in prm]}")
     # Kernels index the parameters as dense tensors (a strided view is copied).
     dense = tuple(p.contiguous() for p in prm)
     if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
         # An exotic layout: the copies have a key (and a launcher) of their own.
-        return run(op, laid, dense, candidates, plan, source, extra)
+        return run(op, laid, dense, candidates, plan, source, max_onchip)
+    key = (op.name, plan, max_onchip, signature(*ins, *prm))
     final = True
     if plan is None and ins[0].numel():
-        cands = candidates()
         device = ins[0].device
+        cands = candidates(M, N, device, max_onchip=max_onchip, elem_size=ins[0].element_size())
         tuner_key = (op.name, *tuning.key_of(*ins, *prm))
-        out = torch.empty(ins[0].shape, dtype=ins[0].dtype, device=device)
+        out = torch.empty((M, N), dtype=ins[0].dtype, device=device)
+        aux = (torch.empty((M, N), dtype=ins[0].dtype, device=device),) if op.aux_out else ()
         plan = tuning.autotune(tuner_key, cands, lambda p, *operands: launch(
-            op, operands[:op.inputs], operands[op.inputs:-1], operands[-1], p), device, (*ins, *prm, out),
+            op, operands[:op.inputs], operands[op.inputs:-1], operands[-1], p), device, (*ins, *prm, *aux, out),
             source=source() if callable(source) else source)
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
     launcher = _Launcher(op, ins, plan)

@@ -336,8 +336,8 @@ SOFTMAX_BACKWARD = RowOp("softmax_backward", load=_dy_y, params=no_params, shift
 
 # ----------------------------------------------------------------------------------------------
 # candidates and wrappers: same signature and outputs as the cases' eager functions.  A wrapper's
-# call is rowwise.run's launcher lookup: the candidates (a closure, called only for a new key) and
-# the source hash (a function) are evaluated only when the key is new.
+# call is rowwise.run's launcher lookup: the candidates (the plan list's function) and the source
+# hash (a function) are evaluated only when the key is new.
 
 _SOURCE = functools.partial(tuning.source_hash, __name__, *rowwise.SOURCE_MODULES)
 
@@ -371,19 +371,15 @@ def double_softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4)
 
 def softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
     """(softmax(x, 1), the plan it ran with); `plan` forces one, `max_onchip` the longest row kept on chip."""
-    return rowwise.run(SOFTMAX, (x,), (), lambda: softmax_plans(*x.shape, x.device, max_onchip=max_onchip,
-                                                                elem_size=x.element_size()),
-                       plan, _SOURCE, max_onchip)
+    return rowwise.run(SOFTMAX, (x,), (), softmax_plans, plan, _SOURCE, max_onchip)
 
 
 def double_softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
-    return rowwise.run(DOUBLE_SOFTMAX, (x,), (), lambda: double_softmax_plans(
-        *x.shape, x.device, max_onchip=max_onchip, elem_size=x.element_size()), plan, _SOURCE, max_onchip)
+    return rowwise.run(DOUBLE_SOFTMAX, (x,), (), double_softmax_plans, plan, _SOURCE, max_onchip)
 
 
 def softmax_backward_run(dy, y, plan=None, max_onchip=plans.MAX_ONCHIP):
-    return rowwise.run(SOFTMAX_BACKWARD, (dy, y), (), lambda: softmax_backward_plans(
-        *dy.shape, dy.device, max_onchip=max_onchip, elem_size=dy.element_size()), plan, _SOURCE, max_onchip)
+    return rowwise.run(SOFTMAX_BACKWARD, (dy, y), (), softmax_backward_plans, plan, _SOURCE, max_onchip)
 
 
 def softmax_impl(x: torch.Tensor, plan: plans.RowPlan | None = None, max_onchip: int = plans.MAX_ONCHIP):

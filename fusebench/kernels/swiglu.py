@@ -6,6 +6,10 @@ Backward: with s = sigmoid(a), recomputed from a rather than saved,
     da = dy * b * s * (1 + a * (1 - s))
 one read of dy, a and b, one write of da and db.  All arithmetic is fp32; outputs have the
 inputs' dtype.  The tensors are walked as flat contiguous vectors, BLOCK elements a program.
+
+A call is one lookup of the launch kept for its operands' key (launch.signature), the outputs'
+allocation and the launch; operands that are not contiguous are copied first (their contiguous
+copies have a key of their own).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
 BLOCK = 1024
@@ -50,26 +55,52 @@ def _check(a, b):
         raise ValueError(f"a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} differ")
 
 
+class _Launcher:
+    """A key's launch over the operands' n elements, and the outputs' shape and strides."""
+
+    __slots__ = ("launch", "n", "shape", "stride")
+
+    def __init__(self, kernel, a):
+        self.n, self.shape, self.stride = a.numel(), tuple(a.shape), a.stride()
+        self.launch = Launch(kernel, (triton.cdiv(self.n, BLOCK),), dict(BLOCK=BLOCK, num_warps=4)) if self.n else None
+
+
+# ("fwd" or "bwd", the operands' signature) -> its _Launcher
+_LAUNCHERS: dict[tuple, _Launcher] = {}
+
+
 def swiglu_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """silu(a) * b."""
-    _check(a, b)
-    a, b = a.contiguous(), b.contiguous()
-    y = torch.empty_like(a)
-    n = a.numel()
-    if n:
-        _swiglu_fwd_kernel[(triton.cdiv(n, BLOCK),)](a, b, y, n, BLOCK=BLOCK, num_warps=4)
+    f = _LAUNCHERS.get(("fwd", signature(a, b)))
+    if f is None:
+        return _miss("fwd", _swiglu_fwd_kernel, swiglu_forward, a, b)
+    y = a.new_empty_strided(f.shape, f.stride)
+    if f.launch is not None:
+        f.launch(a, b, y, f.n)
     return y
 
 
 def swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(da, db) of y = silu(a) * b given dy."""
-    _check(a, b)
-    dy, a, b = dy.contiguous(), a.contiguous(), b.contiguous()
-    da, db = torch.empty_like(a), torch.empty_like(b)
-    n = a.numel()
-    if n:
-        _swiglu_bwd_kernel[(triton.cdiv(n, BLOCK),)](dy, a, b, da, db, n, BLOCK=BLOCK, num_warps=4)
+    f = _LAUNCHERS.get(("bwd", signature(dy, a, b)))
+    if f is None:
+        return _miss("bwd", _swiglu_bwd_kernel, swiglu_backward, dy, a, b)
+    da, db = a.new_empty_strided(f.shape, f.stride), a.new_empty_strided(f.shape, f.stride)
+    if f.launch is not None:
+        f.launch(dy, a, b, da, db, f.n)
     return da, db
+
+
+def _miss(direction, kernel, wrapper, *operands):
+    """A key's first call: check the operands, keep the launch for contiguous ones, and call
+    `wrapper` again (on contiguous copies where the operands are not)."""
+    _check(*operands[-2:])
+    if operands[0].shape != operands[-1].shape:
+        raise ValueError(f"dy {tuple(operands[0].shape)} and a {tuple(operands[-1].shape)} differ")
+    if not all(t.is_contiguous() for t in operands):
+        return wrapper(*(t.contiguous() for t in operands))
+    _LAUNCHERS[(direction, signature(*operands))] = _Launcher(kernel, operands[-1])
+    return wrapper(*operands)
 
 
 class SwiGLU(torch.autograd.Function):

@@ -209,3 +209,127 @@ def test_a_one_off_launch_keeps_nothing():
     launch.jit(x, x, out, 100, 2.0)
     torch.testing.assert_close(out, 3 * x)
     assert launch.kernel is None and launch.run is None
+
+
+# ----------------------------------------------------------------------------------------------
+# a repeated call's work: the lookup, its outputs' allocations and its launches, nothing else
+
+
+import fusebench.kernels.conv as kconv  # noqa: E402
+import fusebench.kernels.cross_entropy as kce  # noqa: E402
+import fusebench.kernels.matmul as kmm  # noqa: E402
+import fusebench.kernels.rmsnorm as krms  # noqa: E402
+import fusebench.kernels.swiglu as kswiglu  # noqa: E402
+from fusebench.cases.base import get_case  # noqa: E402
+from fusebench.kernels import KERNELS  # noqa: E402
+
+_ALLOCATORS = {torch: ("empty", "empty_like", "empty_strided", "zeros", "zeros_like"),
+               torch.Tensor: ("new_empty_strided", "new_empty", "new_zeros", "contiguous", "clone")}
+
+# case -> (CPU shape, allocations, launches) of a call whose key was met before
+_REPEATED = {
+    "softmax": ((5, 300), 1, 1),
+    "softmax_backward": ((5, 300), 1, 1),
+    "layernorm": ((5, 300), 1, 1),
+    "rmsnorm": ((5, 300), 1, 1),
+    "add_rmsnorm": ((5, 300), 2, 1),  # h and the output, one launch writing both
+    "horizontal_reduction_pointwise": ((5, 300), 2, 1),
+    "swiglu": ((5, 300), 1, 1),
+    "cross_entropy": ((5, 300), 1, 1),  # the per-row losses (their mean is torch's)
+    "matmul_add": ((32, 16, 24), 1, 1),
+    "conv_add": ((2, 8, 6, 6, 8, 3, 1, 0), 0, 1),  # the conv's output is torch's (cuDNN), the epilogue in place
+    "conv_relu": ((2, 8, 6, 6, 8, 1, 1, 0), 0, 1),
+    "conv_bn": ((2, 8, 6, 6, 8, 3, 1, 0), 0, 1),  # BN applied in cuDNN's output: the bn-epilogue way
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REPEATED))
+def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypatch):
+    # Launches recorded, not run (the interpreter allocates copies of its own): the count of
+    # allocations from Python and of launches per call, and no tuner, for a key met before.
+    shape, allocations, launches = _REPEATED[name]
+    if name == "conv_bn":
+        monkeypatch.setattr(kconv, "CONV_BN_WAY", "bn-epilogue")
+    events = []
+    monkeypatch.setattr(Launch, "__call__", lambda self, *args: events.append("launch"))
+    monkeypatch.setattr(Launch, "jit", lambda self, *args: None)
+    args = get_case(name).make_inputs(shape, torch.float32, "cpu", 0)
+    fn = KERNELS[name].fn
+    fn(*args)  # the key's first call: checks, the tuner, the launcher
+
+    def spy(owner, attr):
+        real = getattr(owner, attr)
+        monkeypatch.setattr(owner, attr, lambda *a, **k: (events.append(attr), real(*a, **k))[1])
+
+    for owner, names in _ALLOCATORS.items():
+        for attr in names:
+            spy(owner, attr)
+    spy(tuning.Tuner, "autotune")
+    spy(triton.runtime.Autotuner, "run")
+    spy(plans, "row_plans")
+    args = get_case(name).make_inputs(shape, torch.float32, "cpu", 1)  # new tensors, the same key
+    events.clear()
+    fn(*args)
+    allocated = [e for e in events if e != "launch"]
+    assert len(allocated) == allocations and set(allocated) <= {"new_empty_strided"}, events
+    assert events.count("launch") == launches, events
+
+
+def test_swiglu_and_cross_entropy_keep_one_launcher_per_key(monkeypatch):
+    monkeypatch.setattr(kswiglu, "_LAUNCHERS", {})
+    monkeypatch.setattr(kce, "_LAUNCHERS", {})
+    a, b = torch.randn(3, 50), torch.randn(3, 50)
+    torch.testing.assert_close(kswiglu.swiglu_forward(a, b), torch.nn.functional.silu(a) * b)
+    torch.testing.assert_close(kswiglu.swiglu_forward(a.t(), b.t()), torch.nn.functional.silu(a.t()) * b.t())
+    assert len(kswiglu._LAUNCHERS) == 2  # (the transposed operands' contiguous copies: a key of their own)
+    with pytest.raises(ValueError, match="differ"):
+        kswiglu.swiglu_forward(a, b[:2])
+    logits, targets = torch.randn(4, 70), torch.randint(0, 70, (4,))
+    for _ in range(2):
+        loss, grad = kce.cross_entropy_forward(logits, targets, with_grad=True)
+        torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, targets))
+    assert len(kce._LAUNCHERS) == 1
+    with pytest.raises(ValueError, match="targets"):
+        kce.cross_entropy_forward(logits, targets[:3])
+
+
+def test_add_rmsnorm_writes_h_through_its_own_allocation(monkeypatch):
+    fresh_launchers(monkeypatch)
+    x, residual, w = get_case("add_rmsnorm").make_inputs((5, 300), torch.float32, "cpu", 0)
+    for _ in range(2):
+        (h, y), plan = krms.add_rmsnorm_run(x, residual, w)
+        torch.testing.assert_close(h, x + residual)
+        torch.testing.assert_close(y, torch.nn.functional.rms_norm(h, (300,), w, krms.RMSNORM_EPS))
+    assert plan.mode == "tile"
+    with pytest.raises(ValueError, match="differ in dtype"):
+        krms.add_rmsnorm_run(x, residual.double(), w)
+    with pytest.raises(ValueError, match=r"shape \(300,\)"):
+        krms.add_rmsnorm_run(x, residual, w[:10])
+    with pytest.raises(ValueError, match=r"shape \(300,\)"):
+        krms.rmsnorm_run(x, x)  # a row-sized weight is refused
+
+
+def test_rmsnorm_max_onchip_is_part_of_the_key(monkeypatch):
+    caches = fresh_launchers(monkeypatch)
+    x, w = get_case("rmsnorm").make_inputs((3, 300), torch.float32, "cpu", 0)
+    assert krms.rmsnorm_run(x, w)[1].mode == "tile"
+    assert krms.rmsnorm_run(x, w, max_onchip=64)[1].mode == "loop" and sum(map(len, caches)) == 2
+
+
+def test_tma_plan_descriptors_hold_no_tensor_after_a_call(monkeypatch):
+    # the TMA plan keeps one descriptor per operand and sets its base for the launch only
+    seen = []
+    monkeypatch.setattr(Launch, "__call__", lambda self, *args: seen.append([d.base for d in args[:3]]))
+    monkeypatch.setattr(triton.runtime.Autotuner, "run", lambda self, *a, **k: setattr(
+        self, "best_config", self.configs[0]))
+    monkeypatch.setattr(kmm, "_PLANS", {})
+    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401  (Triton >= 3.4)
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    c = torch.empty(64, 48)
+    plan = kmm._tma_plan(a, b, c, None, None, False, ((64, 48), (48, 1)))
+    a2 = torch.randn(64, 32)
+    out = plan(a2, b, None, None, None)
+    assert seen[-1][0] is a2 and seen[-1][1] is b and seen[-1][2] is out
+    cells = plan.__closure__
+    descs = [x.cell_contents for x in cells if isinstance(x.cell_contents, TensorDescriptor)]
+    assert len(descs) == 3 and all(d.base is None for d in descs)
