@@ -539,18 +539,13 @@ def _tma_plan(a, b, c, bias, residual, relu, alloc):
     a_geo = ([M, K], list(a.stride()), [bm, bk])
     b_geo = (list(b_mat.shape), list(b_mat.stride()), [bn, bk] if b_trans else [bk, bn])
     c_geo = ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])
-    # One descriptor of each operand, kept: a call sets their bases (the launcher reads each base's
-    # data pointer while it launches) and clears them after, so that no tensor outlives its call.
-    da, db, dc = (gu.unchecked_descriptor(None, *geo) for geo in (a_geo, b_geo, c_geo))
+    desc = gu.unchecked_descriptor  # a descriptor holds its base tensor, so each call makes its own
     shape, stride = alloc
 
     def plan(a, b, bias, residual, out):
         c = a.new_empty_strided(shape, stride) if out is None else out
-        da.base, db.base, dc.base = a, b, c
-        try:
-            launch(da, db, dc, c if bias is None else bias, c if residual is None else residual, *ints)
-        finally:
-            da.base = db.base = dc.base = None
+        launch(desc(a, *a_geo), desc(b, *b_geo), desc(c, *c_geo), c if bias is None else bias,
+               c if residual is None else residual, *ints)
         return c
 
     return plan

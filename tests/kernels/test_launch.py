@@ -316,8 +316,8 @@ def test_rmsnorm_max_onchip_is_part_of_the_key(monkeypatch):
     assert krms.rmsnorm_run(x, w, max_onchip=64)[1].mode == "loop" and sum(map(len, caches)) == 2
 
 
-def test_tma_plan_descriptors_hold_no_tensor_after_a_call(monkeypatch):
-    # the TMA plan keeps one descriptor per operand and sets its base for the launch only
+def test_tma_plan_describes_each_call_s_own_tensors(monkeypatch):
+    # each call's descriptors hold that call's tensors, and the plan keeps none of them
     seen = []
     monkeypatch.setattr(Launch, "__call__", lambda self, *args: seen.append([d.base for d in args[:3]]))
     monkeypatch.setattr(triton.runtime.Autotuner, "run", lambda self, *a, **k: setattr(
@@ -330,6 +330,5 @@ def test_tma_plan_descriptors_hold_no_tensor_after_a_call(monkeypatch):
     a2 = torch.randn(64, 32)
     out = plan(a2, b, None, None, None)
     assert seen[-1][0] is a2 and seen[-1][1] is b and seen[-1][2] is out
-    cells = plan.__closure__
-    descs = [x.cell_contents for x in cells if isinstance(x.cell_contents, TensorDescriptor)]
-    assert len(descs) == 3 and all(d.base is None for d in descs)
+    kept = [x.cell_contents for x in plan.__closure__]
+    assert not any(isinstance(x, TensorDescriptor) or x is a2 or x is out for x in kept)
