@@ -36,6 +36,7 @@ from typing import Callable
 
 from fusebench.cases import shape_str
 from fusebench.env import git_commit
+from fusebench.measure.phases import Phases  # noqa: F401 (registers the phase_s column this process writes)
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
@@ -329,6 +330,9 @@ class Scheduler:
                 if kind == "done":
                     (row, rss), cell = payload, w.cell
                     w.cell = None
+                    # Sending the cell, the worker picking it up, pickling the row both ways.
+                    phases = row.setdefault("phase_s", {})
+                    phases["handoff"] = round(max(0.0, time.time() - w.since - row.get("seconds", 0.0)), 4)
                     self._record(cell, row)
                     limit = self.opts.worker_rss_limit
                     if row["status"] == "oom" or (limit and rss and rss > limit):
