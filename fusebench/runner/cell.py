@@ -318,7 +318,7 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             row["tflops"] = row["flops"] / stats.median_us / 1e6
         row["status"] = "ok"
         ctx = MetricContext(case, impl, dataclasses.replace(prepared, fn=call_of), args, shape, dtype, device, row,
-                            db_path)
+                            db_path, extra={"timing": timing})
         _other_metrics(metrics, ctx, row, notes, mode, ph)
         if keep is not None:
             keep["ctx"] = ctx

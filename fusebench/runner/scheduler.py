@@ -164,8 +164,13 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
             return
         row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)
         conn.send(("done", (row, _rss_bytes())))
-        if row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS):
+        if _sticky(row):
             os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
+
+
+def _sticky(row: dict) -> bool:
+    """Whether the cell failed with an error that leaves the worker's CUDA context broken."""
+    return row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS)
 
 
 @dataclass
@@ -307,6 +312,17 @@ class Scheduler:
         if cell is not None:
             w.conn.send(cell.as_dict())
 
+    def _dispatch_early(self, w: _Worker, groups: deque) -> None:
+        """Send `w` its next cell before the last one is recorded.  If the worker is gone, the cell
+        goes back to the front of its group, for the worker that replaces it."""
+        if not w.group and not groups:
+            return
+        try:
+            self._dispatch(w, groups)
+        except (OSError, ValueError):
+            w.group.appendleft(w.cell)
+            w.cell = None
+
     def _wait(self, workers: list[_Worker], groups: deque) -> None:
         timeout = self.opts.cell_timeout
         ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
@@ -333,10 +349,16 @@ class Scheduler:
                     # Sending the cell, the worker picking it up, pickling the row both ways.
                     phases = row.setdefault("phase_s", {})
                     phases["handoff"] = round(max(0.0, time.time() - w.since - row.get("seconds", 0.0)), 4)
-                    self._record(cell, row)
                     limit = self.opts.worker_rss_limit
                     if row["status"] == "oom" or (limit and rss and rss > limit):
+                        self._record(cell, row)
                         self._replace(workers, w, grace=2.0)  # whatever it leaked goes with it
+                        continue
+                    try:  # the next cell first: the store's commit (~15 ms) overlaps it
+                        if not _sticky(row):  # a worker about to exit gets no cell
+                            self._dispatch_early(w, groups)
+                    finally:  # recorded whatever happens to the send (Ctrl-C)
+                        self._record(cell, row)
                     continue
             if not w.proc.is_alive():
                 code = w.proc.exitcode

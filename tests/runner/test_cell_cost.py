@@ -148,3 +148,57 @@ def test_free_memory_collects_only_new_garbage_unless_full():
     cellmod.free_memory("cpu", full=False)  # garbage made since the last freeze is collected
     assert young() is None
     gc.unfreeze()
+
+
+def _one_worker_scheduler(db, events):
+    from multiprocessing import Pipe
+
+    from fusebench.runner.scheduler import RunOptions, Scheduler, _Worker
+    from fusebench.store import Store
+
+    parent, child = Pipe()
+    sentinel, _keep = Pipe()
+
+    class Proc:  # a worker that stays alive; the test plays its side of the pipe
+        pid = None
+        exitcode = None
+
+        def __init__(self):
+            self.sentinel = sentinel.fileno()
+
+        def is_alive(self):
+            return True
+
+    store = Store.open(db)
+    run_id = store.start_run({"device": "cpu", "device_name": "test"}, {}, {})
+    sched = Scheduler(store, run_id, RunOptions(),
+                      on_cell=lambda c, r: events.append(("stored" if r else "sent", c.impl)))
+    cells = [Cell("softmax", "eager", (8, 8), "fp32", "cpu"), Cell("softmax", "inductor", (8, 8), "fp32", "cpu")]
+    groups = sched._groups(cells)
+    w = _Worker(None, Proc(), parent, ready=True)
+    sched._dispatch(w, groups)
+    assert child.recv()["impl"] == "eager"
+    row = dict(case_name="softmax", impl="eager", shape="8x8", dtype="fp32", requested_dtype="fp32", device="cpu",
+               status="ok", seconds=0.01, phase_s={"timing": 0.005})
+    return sched, w, groups, child, row, (store, _keep)
+
+
+def test_the_next_cell_is_sent_before_the_last_is_stored(db):
+    events = []
+    sched, w, groups, child, row, keep = _one_worker_scheduler(db, events)
+    child.send(("done", (row, 0)))
+    sched._wait([w], groups)
+    assert events == [("sent", "eager"), ("sent", "inductor"), ("stored", "eager")]
+    assert child.recv()["impl"] == "inductor" and w.cell.impl == "inductor"
+    stored = keep[0].cells(sched.run_id)
+    assert json.loads(stored.iloc[0].phase_s)["handoff"] >= 0
+
+
+def test_a_cell_sent_to_a_gone_worker_goes_back_to_its_group(db):
+    events = []
+    sched, w, groups, child, row, keep = _one_worker_scheduler(db, events)
+    child.send(("done", (row, 0)))
+    child.close()  # the worker is gone: sending the next cell fails
+    sched._wait([w], groups)
+    assert ("stored", "eager") in events and w.cell is None
+    assert [c.impl for c in w.group] == ["inductor"]
