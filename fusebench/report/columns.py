@@ -66,7 +66,8 @@ COLUMNS: dict[str, str] = {
                        "judges a change against.",
     "time_spread": "IQR / median of the repetitions: above 0.10 the cell is flagged as too noisy to trust.",
     "wall_time_us": "Host time per call, calls back to back: what a Python caller pays, launch and "
-                    "guards included, µs.",
+                    "guards included, µs (the mean of as many calls as time_reps, at most the run's rep_ms "
+                    "of them).",
     # analytic models
     "min_bytes": "Fewest bytes the case must move at this shape and dtype (its byte model).",
     "flops": "FLOPs the case must do (its FLOP model).",

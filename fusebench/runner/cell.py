@@ -17,7 +17,7 @@ from fusebench.cases import DTYPES, get_case, shape_str
 from fusebench.impls import get_impl
 from fusebench.measure.accuracy import compare
 from fusebench.measure.phases import Phases
-from fusebench.measure.timing import TimingSettings, time_call, wall_time, warm_call
+from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call
 from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.modes import ModeCall, applies_in, case_in_mode, retained_graph_context
 from fusebench.runner.plan import Cell, cpu_dtype
@@ -36,17 +36,30 @@ def is_oom(exc: BaseException) -> bool:
     return "out of memory" in msg or "DefaultCPUAllocator: can't allocate" in msg
 
 
+# Whether free_memory freezes what survives a collection: in worker processes (worker_process()),
+# whose objects are fusebench's own, not in a caller's process (inline runs, the API).
+_FREEZE = [False]
+
+
+def worker_process() -> None:
+    """Called by a worker process before its first cell (runner/scheduler.py, runner/ray_backend.py)."""
+    _FREEZE[0] = True
+
+
 def free_memory(device: str, full: bool = True) -> None:
     """Collect a cell's garbage (tensors in reference cycles too) and return cached GPU memory.
 
-    Objects alive after a collection are frozen (gc.freeze): the next collection then walks only
-    what was made since, not the ~400,000 objects of torch, Inductor and Triton (0.18 s a walk
-    on a 2-core CPU).  `full` first unfreezes them, so that anything frozen and since become
+    In a worker, objects alive after a collection are frozen (gc.freeze): the next collection then
+    walks only what was made since, not the ~400,000 objects of torch, Inductor and Triton (0.18 s
+    a walk on a 2-core CPU).  `full` first unfreezes them, so that anything frozen and since become
     garbage (in a cycle) is collected too: after a failed cell, and whenever the case changes."""
-    if full:
-        gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    if not _FREEZE[0]:
+        gc.collect()
+    else:
+        if full:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
@@ -94,6 +107,8 @@ class CellData:
         self.key, self.inputs, self.references = None, {}, {}
 
     def _use(self, key: tuple) -> None:
+        # A case registered again under its name (a reloaded plugin) is another key: the key holds
+        # its functions (see _measure).
         if key != self.key:
             self.clear()
             self.key = key
@@ -224,7 +239,7 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         return
     case, impl, dtype, shape = admitted
     mode, device = cell.mode, cell.device
-    data_key = (cell.case, mode, shape, dtype, device)
+    data_key = (cell.case, mode, shape, dtype, device, case.fn, case.make_inputs, case.reference)
 
     def inputs(seed):
         with ph("inputs"):
@@ -310,7 +325,7 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             stats = time_call(call, device, timing, warm=warm)
         row.update(stats.columns())
         with ph("wall_time"):
-            row["wall_time_us"] = wall_time(call, device, stats.reps)
+            row["wall_time_us"] = wall_time(call, device, wall_reps(stats, timing))
         row.update(prepared.check())  # a recompile during timing fails the cell
         if row["min_bytes"]:
             row["gbps"] = row["min_bytes"] / stats.median_us / 1e3

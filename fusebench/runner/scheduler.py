@@ -147,7 +147,9 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     try:
         from fusebench.cases import load_plugin
-        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.cell import measure_cell, worker_process
+
+        worker_process()
 
         for path in opts.plugins:
             load_plugin(path, opts.plugin_hashes.get(path))
@@ -232,12 +234,15 @@ class Scheduler:
         return self._run_isolated(cells)
 
     def _run_inline(self, cells: list[Cell]) -> None:
-        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.cell import CELL_DATA, measure_cell
 
-        for cell in cells:
-            self.on_cell(cell, None)
-            self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
-                                            self.opts.db_path))
+        try:
+            for cell in cells:
+                self.on_cell(cell, None)
+                self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
+                                                self.opts.db_path))
+        finally:  # the caller's process keeps no inputs or references of the run
+            CELL_DATA.clear()
 
     def _spawn(self, gpu: int | None, failures: int = 0) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child

@@ -61,7 +61,7 @@ def test_compare_chunks_agree_with_one_pass(monkeypatch):
     out = (ref * (1 + 1e-6)).float()
     out[990] += 1.0  # the worst element in the last chunk
     whole = compare(out, ref, 1e-5, 1e-4)
-    monkeypatch.setattr(accuracy, "CHUNK", 128)
+    monkeypatch.setattr(accuracy, "CPU_CHUNK", 128)
     chunked = compare(out, ref, 1e-5, 1e-4)
     assert (whole.max_abs_err, whole.tol_ratio, whole.passed) == (chunked.max_abs_err, chunked.tol_ratio,
                                                                    chunked.passed)

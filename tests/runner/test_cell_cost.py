@@ -129,7 +129,8 @@ class _Node:
     pass
 
 
-def test_free_memory_collects_only_new_garbage_unless_full():
+def test_free_memory_collects_only_new_garbage_unless_full(monkeypatch):
+    monkeypatch.setattr(cellmod, "_FREEZE", [True])  # as in a worker process
     gc.collect()
     node = _Node()
     node.me = node  # a cycle: only the collector frees it
@@ -202,3 +203,11 @@ def test_a_cell_sent_to_a_gone_worker_goes_back_to_its_group(db):
     sched._wait([w], groups)
     assert ("stored", "eager") in events and w.cell is None
     assert [c.impl for c in w.group] == ["inductor"]
+
+
+def test_a_callers_process_is_left_unfrozen_and_keeps_nothing(db):
+    gc.unfreeze()
+    fusebench.run(["softmax"], impls=["eager"], shapes="8x8", device="cpu", db=db, timing=FAST, metrics="none",
+                  isolate=False)
+    assert gc.get_freeze_count() == 0
+    assert cellmod.CELL_DATA.key is None and not cellmod.CELL_DATA.inputs and not cellmod.CELL_DATA.references
