@@ -284,10 +284,14 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
                 raise
             if call_of.mode == "fwd":
                 with ph("reference"):
-                    # The reference runs on the seed's own inputs (the implementation may have
-                    # written over seed_args), or on the case's sample of them.
+                    # The reference runs on the seed's own inputs, not on seed_args, which the
+                    # implementation may have written over: the kept ones, or made again (seeded,
+                    # so the same); or on the case's sample of them.
                     kept = CELL_DATA.inputs.get(seed) if CELL_DATA.key == data_key else None
-                    ref_args = seed_args if kept is None else kept
+                    if kept is None:
+                        del seed_args
+                        seed_args = kept = case.make_inputs(shape, dtype, device, seed)
+                    ref_args = kept
                     if case.reference_subset is not None:
                         ref_args, out = case.reference_subset(ref_args, out)
                     ref = CELL_DATA.reference(data_key, case, ref_args, seed)
