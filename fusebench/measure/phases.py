@@ -1,8 +1,9 @@
 """Where a cell's seconds go: wall-clock seconds per phase, stored with every cell (`phase_s`).
 
 A phase that repeats (the inputs of each seed, the reference of each seed) is summed under one
-name; phases are named in report/columns.py.  What is not inside a named phase (Python between
-them) is the difference between the cell's `seconds` and the sum.
+name; phases are named in report/columns.py.  The worker's phases lie within the cell's
+`seconds` (what they leave out, the Python between them, is the difference); `handoff`, added by
+the scheduler, lies outside it.
 """
 from __future__ import annotations
 
