@@ -327,6 +327,14 @@ def _time_host(fn, st: TimingSettings) -> TimeStats:
     return _stats(samples)
 
 
+def wall_reps(stats: TimeStats, st: TimingSettings) -> int:
+    """Back-to-back calls for wall_time: as many as `time` timed, but at most rep_ms of them (at
+    least min_reps).  On a GPU that is time's count (its repetitions, a flush each, last longer
+    than the calls); on the CPU the stability rule may have run up to host_max_ms of calls, and
+    wall time, a mean of the same host calls, takes rep_ms of them."""
+    return max(1, min(stats.reps, _reps(stats.median_us / 1e3, st)))
+
+
 def wall_time(fn: Callable[[], object], device: str, reps: int) -> float:
     """Mean host time per call over `reps` back-to-back calls, synchronised at the end (us)."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)

@@ -2,7 +2,8 @@
 
 The call is warmed up on a side stream, captured in a `torch.cuda.CUDAGraph`, and each replay is
 timed like `time` (fusebench.measure.timing.time_call: CUDA events around each replay, the L2
-flushed before each, median) -- so the two differ by the host's launch gaps, not by cache state.
+flushed before each, median, with the run's timing settings) -- so the two differ by the host's
+launch gaps, not by cache state.
 A call that cannot be captured (a synchronisation, a host read of device data, CPU-side work)
 gives `na` with the error's first line.  On the CPU there are no CUDA graphs.
 """
@@ -53,7 +54,7 @@ def graph_metric(ctx: MetricContext) -> dict:
     if getattr(ctx.prepared, "timing_available", None):
         return {"na": {"graph_time_us": f"not measured: {ctx.prepared.timing_available}"}}
     try:
-        median, reps = graph_time(ctx.call, ctx.device)
+        median, reps = graph_time(ctx.call, ctx.device, ctx.extra.get("timing"))
     except Exception as exc:  # capture failed: say why, leave the device usable
         try:
             torch.cuda.synchronize(ctx.device)

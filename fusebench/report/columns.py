@@ -36,6 +36,16 @@ COLUMNS: dict[str, str] = {
     "na": "JSON {metric: why it was not measured}: nothing is estimated in its place.",
     "started": "When the cell started (local time).",
     "seconds": "Wall-clock seconds spent on the cell: compile, accuracy, timing and metrics.",
+    "phase_s": "JSON {phase: wall-clock seconds} of the cell, in the order they ran (repeats summed): "
+               "setup (support and memory checks), prepare (the implementation's set-up; compiles "
+               "happen in the first call), inputs (made or cloned from the shape's kept set), seed<N> (the "
+               "implementation's checked call on seed N: the first compiles and autotunes; in a training "
+               "mode it includes the float64 reference), reference (the float64 reference, computed once "
+               "per shape and seed and shared by its implementations), compare, warm_call (the GPU's "
+               "second input set), timing, wall_time, metric_<family> (kernels, graph, memory, flops, "
+               "roofline, compile, ncu), free (garbage collection, the GPU's cache emptied), handoff "
+               "(sending the cell to a worker process and its row back: not in `seconds`).  What the "
+               "other phases leave out is `seconds` less their sum.",
     "git_commit": "fusebench's commit that measured this cell (a resumed run can span several).",
     # accuracy
     "seeds": "Input seeds checked against the float64 reference.",
@@ -56,7 +66,8 @@ COLUMNS: dict[str, str] = {
                        "judges a change against.",
     "time_spread": "IQR / median of the repetitions: above 0.10 the cell is flagged as too noisy to trust.",
     "wall_time_us": "Host time per call, calls back to back: what a Python caller pays, launch and "
-                    "guards included, µs.",
+                    "guards included, µs (the mean of as many calls as time_reps, at most the run's rep_ms "
+                    "of them).",
     # analytic models
     "min_bytes": "Fewest bytes the case must move at this shape and dtype (its byte model).",
     "flops": "FLOPs the case must do (its FLOP model).",

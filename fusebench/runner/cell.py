@@ -16,7 +16,8 @@ import torch
 from fusebench.cases import DTYPES, get_case, shape_str
 from fusebench.impls import get_impl
 from fusebench.measure.accuracy import compare
-from fusebench.measure.timing import TimingSettings, time_call, wall_time, warm_call
+from fusebench.measure.phases import Phases
+from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call
 from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.modes import ModeCall, applies_in, case_in_mode, retained_graph_context
 from fusebench.runner.plan import Cell, cpu_dtype
@@ -35,8 +36,30 @@ def is_oom(exc: BaseException) -> bool:
     return "out of memory" in msg or "DefaultCPUAllocator: can't allocate" in msg
 
 
-def free_memory(device: str) -> None:
-    gc.collect()
+# Whether free_memory freezes what survives a collection: in worker processes (worker_process()),
+# whose objects are fusebench's own, not in a caller's process (inline runs, the API).
+_FREEZE = [False]
+
+
+def worker_process() -> None:
+    """Called by a worker process before its first cell (runner/scheduler.py, runner/ray_backend.py)."""
+    _FREEZE[0] = True
+
+
+def free_memory(device: str, full: bool = True) -> None:
+    """Collect a cell's garbage (tensors in reference cycles too) and return cached GPU memory.
+
+    In a worker, objects alive after a collection are frozen (gc.freeze): the next collection then
+    walks only what was made since, not the ~400,000 objects of torch, Inductor and Triton (0.18 s
+    a walk on a 2-core CPU).  `full` first unfreezes them, so that anything frozen and since become
+    garbage (in a cycle) is collected too: after a failed cell, and whenever the case changes."""
+    if not _FREEZE[0]:
+        gc.collect()
+    else:
+        if full:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
@@ -62,31 +85,120 @@ def device_memory(device: str) -> int | None:
         return None
 
 
+class CellData:
+    """Inputs and float64 references that the cells of one (case, mode, shape, dtype, device) share.
+
+    A worker measures a shape's implementations one after another (runner/plan.py orders cells so,
+    the scheduler keeps a case on one worker): the inputs of each seed, and the forward's float64
+    reference on them, are the same for all of them, so they are made once and kept until a cell
+    of another key comes.  Each cell gets clones of the inputs (an implementation may write over
+    its inputs, as Liger's cross-entropy does); the references are only read.  Only sets of at
+    most `max_bytes` are kept, so a large shape's copies never stay beside the next cell's.
+    `made` counts what was computed rather than reused (tests read it)."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self.key: tuple | None = None
+        self.inputs: dict[int, tuple] = {}
+        self.references: dict[int, object] = {}
+        self.made = {"inputs": 0, "reference": 0}
+
+    def clear(self) -> None:
+        self.key, self.inputs, self.references = None, {}, {}
+
+    def _use(self, key: tuple) -> None:
+        # A case registered again under its name (a reloaded plugin) is another key: the key holds
+        # its functions (see _measure).
+        if key != self.key:
+            self.clear()
+            self.key = key
+
+    def _fits(self, more) -> bool:
+        held = sum(_tensor_bytes(v) for d in (self.inputs, self.references) for v in d.values())
+        return held + _tensor_bytes(more) <= self.max_bytes
+
+    def make_inputs(self, key: tuple, case, shape, dtype, device, seed: int) -> tuple:
+        """The seed's inputs: fresh clones of the kept ones, or made (and kept where they fit)."""
+        self._use(key)
+        kept = self.inputs.get(seed)
+        if kept is not None:
+            return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in kept)
+        self.made["inputs"] += 1
+        args = case.make_inputs(shape, dtype, device, seed)
+        if _clone_keeps_layout(args) and self._fits(args):
+            self.inputs[seed] = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        return args
+
+    def reference(self, key: tuple, case, args: tuple, seed: int):
+        """case.run_reference(args) for the seed's inputs `args` (or the case's sample of them)."""
+        self._use(key)
+        if seed in self.references:
+            return self.references[seed]
+        self.made["reference"] += 1
+        ref = case.run_reference(args)
+        if seed in self.inputs and self._fits(ref):  # kept only beside inputs that are the seed's own
+            self.references[seed] = ref
+        return ref
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, (tuple, list)):
+        return sum(_tensor_bytes(o) for o in obj)
+    return 0
+
+
+def _clone_keeps_layout(args: tuple) -> bool:
+    """Whether clone() reproduces every input exactly: dense tensors (contiguous or channels-last)
+    keep their strides under clone; a view with gaps would come back compacted."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.requires_grad:
+                return False
+            if not (a.is_contiguous() or (a.dim() == 4 and a.is_contiguous(memory_format=torch.channels_last))):
+                return False
+    return True
+
+
+# One per process: a worker's cells of one key reuse it (CellData).
+CELL_DATA = CellData()
+_LAST_CASE: list[str | None] = [None]  # the case of the cell measured last (free_memory's `full`)
+
+
 def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple[str, ...] = (),
                  db_path: str | None = None, keep: dict | None = None) -> dict:
     """Measure `cell`; never raises for a failure of the cell itself (it becomes the status).
 
     With `keep`, keep["ctx"] receives the MetricContext of a timed cell (the warmed-up
-    implementation and its inputs), for `fusebench show` to look further."""
+    implementation and its inputs), for `fusebench show` to look further.  The cell's phases
+    (report/columns.py, `phase_s`) are timed as it goes."""
     t0 = time.perf_counter()
     row = dict(case_name=cell.case, impl=cell.impl, shape=shape_str(cell.shape), requested_dtype=cell.dtype,
                dtype=cell.dtype, device=cell.device, mode=cell.mode, started=now(), seeds=0, status="error")
     notes: list[str] = []
+    ph = Phases()
     try:
-        _measure(cell, timing, seeds, row, notes, metrics, db_path, keep)
+        _measure(cell, timing, seeds, row, notes, metrics, db_path, keep, ph)
     except Exception as exc:  # the cell failed; record why and move on
         row["status"] = "oom" if is_oom(exc) else "error"
         row["reason"] = first_line(exc)
     finally:
         if row["status"] not in ("unsupported", "skipped"):  # nothing was allocated otherwise
-            free_memory(cell.device)
+            with ph("free"):
+                if row["status"] == "oom":
+                    CELL_DATA.clear()
+                free_memory(cell.device, full=row["status"] != "ok" or cell.case != _LAST_CASE[0])
+                _LAST_CASE[0] = cell.case
     row["note"] = "; ".join(n for n in notes if n) or None
     row["seconds"] = round(time.perf_counter() - t0, 3)
+    row["phase_s"] = ph.column()
     return row
 
 
-def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str], metrics=(),
-             db_path=None, keep=None) -> None:
+def _admit(cell: Cell, row: dict, notes: list[str]):
+    """(case, impl, dtype, shape) of a cell that can be measured here, else None with the row's
+    status set (unsupported, skipped)."""
     # In a training mode the case's byte and FLOP models are the mode's (modes.case_in_mode).
     mode = cell.mode
     case, impl = case_in_mode(get_case(cell.case), mode), get_impl(cell.impl)
@@ -101,22 +213,40 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
 
     if dtype not in case.dtypes:
         row.update(status="unsupported", reason=f"{case.name} is not defined for {row['dtype']}")
-        return
+        return None
     # The planner never plans a cell that does not apply; `fusebench show` can ask for one.
     reason = impl.supports(case, shape, dtype, device) if applies_in(impl, case, mode) else \
         f"{impl.name} does not apply to {case.name}" + ("" if mode == "fwd" else f" in {mode} mode")
     if reason:
         row.update(status="unsupported", reason=reason)
-        return
+        return None
 
     need, have = predicted_bytes(case, shape, dtype), device_memory(device)
     if need and have:
         if need > have:
             row.update(status="skipped", reason=f"needs about {need / 2**30:.1f} GiB (inputs, outputs and their "
                                                 f"float64 reference); the device has {have / 2**30:.1f} GiB")
-            return
+            return None
+    return case, impl, dtype, shape
 
-    prepared = impl.prepare(case, shape, dtype, device)
+
+def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[str], metrics=(),
+             db_path=None, keep=None, ph: Phases | None = None) -> None:
+    ph = ph or Phases()
+    with ph("setup"):
+        admitted = _admit(cell, row, notes)
+    if admitted is None:
+        return
+    case, impl, dtype, shape = admitted
+    mode, device = cell.mode, cell.device
+    data_key = (cell.case, mode, shape, dtype, device, case.fn, case.make_inputs, case.reference)
+
+    def inputs(seed):
+        with ph("inputs"):
+            return CELL_DATA.make_inputs(data_key, case, shape, dtype, device, seed)
+
+    with ph("prepare"):
+        prepared = impl.prepare(case, shape, dtype, device)
     notes.append(prepared.note)
     note_at = len(notes) - 1
     atol, rtol = case.tolerance(dtype)
@@ -129,32 +259,48 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
     with prepared.context(), torch.no_grad(), retained_graph_context(call_of.mode):
         # --- accuracy, several seeds; the first call also compiles / autotunes -----------------
         worst = None
+        args = None  # seed 0's inputs where the timing may use them as they are
         if prepared.accuracy_available:  # a ceiling, not the case: warm up only, say why unchecked
-            call_of(*case.make_inputs(shape, dtype, device, seeds[0]))
+            args = inputs(seeds[0])
+            with ph(f"seed{seeds[0]}"):
+                call_of(*args)
             row["na"] = {"accuracy": prepared.accuracy_available}
         for seed in () if prepared.accuracy_available else seeds:
-            args = case.make_inputs(shape, dtype, device, seed)
+            seed_args = inputs(seed)
             # A training mode's reference is computed before the implementation runs, or on a
             # copy of the inputs: an implementation may write over its inputs (Liger's
             # cross-entropy stores the gradient in the logits).
             ref = None
             try:
-                if call_of.mode == "fwd":
-                    out = call_of.checked(args, seed)
-                else:
-                    out, ref = call_of.checked_and_reference(args, seed)
+                with ph(f"seed{seed}"):
+                    if call_of.mode == "fwd":
+                        out = call_of.checked(seed_args, seed)
+                    else:  # the float64 reference runs inside this phase
+                        out, ref = call_of.checked_and_reference(seed_args, seed)
             except RuntimeError as exc:
                 if "No available kernel" in str(exc):  # SDPA backend refused these inputs
                     row.update(status="unsupported", reason=first_line(exc))
                     return
                 raise
             if call_of.mode == "fwd":
-                if case.reference_subset is not None:
-                    args, out = case.reference_subset(args, out)
-                acc = compare(out, case.run_reference(args), atol, rtol)
+                with ph("reference"):
+                    # The reference runs on the seed's own inputs, not on seed_args, which the
+                    # implementation may have written over: the kept ones, or made again (seeded,
+                    # so the same); or on the case's sample of them.
+                    kept = CELL_DATA.inputs.get(seed) if CELL_DATA.key == data_key else None
+                    if kept is None:
+                        del seed_args
+                        seed_args = kept = case.make_inputs(shape, dtype, device, seed)
+                    ref_args = kept
+                    if case.reference_subset is not None:
+                        ref_args, out = case.reference_subset(ref_args, out)
+                    ref = CELL_DATA.reference(data_key, case, ref_args, seed)
+                with ph("compare"):
+                    acc = compare(out, ref, atol, rtol)
             else:
-                acc = compare_training(out, ref, (atol, rtol), case.grad_tolerance(dtype), case.grad_inputs)
-            del out, args, ref
+                with ph("compare"):
+                    acc = compare_training(out, ref, (atol, rtol), case.grad_tolerance(dtype), case.grad_inputs)
+            del out, seed_args, ref
             worst = acc if worst is None else worst.worst(acc)
             row["seeds"] += 1
         notes[note_at] = prepared.note_after() or notes[note_at]
@@ -172,14 +318,18 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         if prepared.timing_available:
             row.update(status="ok", na={"time": prepared.timing_available})
             return
-        args = case.make_inputs(shape, dtype, device, seeds[0])
+        if args is None:  # the checked calls may have written over theirs
+            args = inputs(seeds[0])
         call_of.prime(args)  # bwd: the forward and its saved tensors, outside the timed call
         call = lambda: call_of(*args)  # noqa: E731
-        warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
-                          call=ModeCall(forward, case, call_of.mode))
-        stats = time_call(call, device, timing, warm=warm)
+        with ph("warm_call"):
+            warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
+                              call=ModeCall(forward, case, call_of.mode))
+        with ph("timing"):
+            stats = time_call(call, device, timing, warm=warm)
         row.update(stats.columns())
-        row["wall_time_us"] = wall_time(call, device, stats.reps)
+        with ph("wall_time"):
+            row["wall_time_us"] = wall_time(call, device, wall_reps(stats, timing))
         row.update(prepared.check())  # a recompile during timing fails the cell
         if row["min_bytes"]:
             row["gbps"] = row["min_bytes"] / stats.median_us / 1e3
@@ -187,8 +337,8 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
             row["tflops"] = row["flops"] / stats.median_us / 1e6
         row["status"] = "ok"
         ctx = MetricContext(case, impl, dataclasses.replace(prepared, fn=call_of), args, shape, dtype, device, row,
-                            db_path)
-        _other_metrics(metrics, ctx, row, notes, mode)
+                            db_path, extra={"timing": timing})
+        _other_metrics(metrics, ctx, row, notes, mode, ph)
         if keep is not None:
             keep["ctx"] = ctx
 
@@ -226,7 +376,7 @@ def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSetting
     return warm_call(lambda: fn(*other), args, other, discard=timing.warm_call_discards)
 
 
-def _other_metrics(names, ctx, row: dict, notes: list[str], mode: str = "fwd") -> None:
+def _other_metrics(names, ctx, row: dict, notes: list[str], mode: str = "fwd", ph: Phases | None = None) -> None:
     """Run the selected metric families; a family that fails says why instead of failing the cell."""
     na = dict(row.get("na") or {})
     for name in names:
@@ -234,7 +384,8 @@ def _other_metrics(names, ctx, row: dict, notes: list[str], mode: str = "fwd") -
             na[name] = f"Nsight Compute profiles the forward only; not available in {mode} mode"
             continue
         try:
-            result = dict(get_metric(name)(ctx))
+            with (ph or Phases())(f"metric_{name}"):
+                result = dict(get_metric(name)(ctx))
         except Exception as exc:
             if is_oom(exc):
                 free_memory(ctx.device)

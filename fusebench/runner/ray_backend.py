@@ -236,7 +236,9 @@ class CellActor:
         return self.node_id, self.where
 
     def measure(self, cell: dict) -> dict:
-        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.cell import measure_cell, worker_process
+
+        worker_process()  # an actor's process is fusebench's own: survivors of a cell may be frozen
 
         o = self.opts
         row = measure_cell(Cell(**cell), o.timing, o.seeds, o.metrics,

@@ -36,6 +36,7 @@ from typing import Callable
 
 from fusebench.cases import shape_str
 from fusebench.env import git_commit
+from fusebench.measure.phases import Phases  # noqa: F401 (registers the phase_s column this process writes)
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
@@ -146,7 +147,9 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     try:
         from fusebench.cases import load_plugin
-        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.cell import measure_cell, worker_process
+
+        worker_process()
 
         for path in opts.plugins:
             load_plugin(path, opts.plugin_hashes.get(path))
@@ -163,8 +166,13 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
             return
         row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)
         conn.send(("done", (row, _rss_bytes())))
-        if row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS):
+        if _sticky(row):
             os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
+
+
+def _sticky(row: dict) -> bool:
+    """Whether the cell failed with an error that leaves the worker's CUDA context broken."""
+    return row["status"] == "error" and any(m in (row.get("reason") or "") for m in STICKY_CUDA_ERRORS)
 
 
 @dataclass
@@ -226,12 +234,15 @@ class Scheduler:
         return self._run_isolated(cells)
 
     def _run_inline(self, cells: list[Cell]) -> None:
-        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.cell import CELL_DATA, measure_cell
 
-        for cell in cells:
-            self.on_cell(cell, None)
-            self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
-                                            self.opts.db_path))
+        try:
+            for cell in cells:
+                self.on_cell(cell, None)
+                self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
+                                                self.opts.db_path))
+        finally:  # the caller's process keeps no inputs or references of the run
+            CELL_DATA.clear()
 
     def _spawn(self, gpu: int | None, failures: int = 0) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
@@ -306,6 +317,17 @@ class Scheduler:
         if cell is not None:
             w.conn.send(cell.as_dict())
 
+    def _dispatch_early(self, w: _Worker, groups: deque) -> None:
+        """Send `w` its next cell before the last one is recorded.  If the worker is gone, the cell
+        goes back to the front of its group, for the worker that replaces it."""
+        if not w.group and not groups:
+            return
+        try:
+            self._dispatch(w, groups)
+        except (OSError, ValueError):
+            w.group.appendleft(w.cell)
+            w.cell = None
+
     def _wait(self, workers: list[_Worker], groups: deque) -> None:
         timeout = self.opts.cell_timeout
         ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
@@ -329,10 +351,19 @@ class Scheduler:
                 if kind == "done":
                     (row, rss), cell = payload, w.cell
                     w.cell = None
-                    self._record(cell, row)
+                    # Sending the cell, the worker picking it up, pickling the row both ways.
+                    phases = row.setdefault("phase_s", {})
+                    phases["handoff"] = round(max(0.0, time.time() - w.since - row.get("seconds", 0.0)), 4)
                     limit = self.opts.worker_rss_limit
                     if row["status"] == "oom" or (limit and rss and rss > limit):
+                        self._record(cell, row)
                         self._replace(workers, w, grace=2.0)  # whatever it leaked goes with it
+                        continue
+                    try:  # the next cell first: the store's commit (~15 ms) overlaps it
+                        if not _sticky(row):  # a worker about to exit gets no cell
+                            self._dispatch_early(w, groups)
+                    finally:  # recorded whatever happens to the send (Ctrl-C)
+                        self._record(cell, row)
                     continue
             if not w.proc.is_alive():
                 code = w.proc.exitcode

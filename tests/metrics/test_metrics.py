@@ -482,3 +482,31 @@ def test_gpu_show_inductor():
     assert len(r["kernels"]) == 1 and r["kernels"][0]["dur_us"] > 0
     assert r["code"] and "triton_poi_fused" in r["code"][0]
     assert [a["kernel"] for a in r["autotune"]] == ["triton_poi_fused_add_cos_maximum_mul_0"]
+
+
+def test_flops_are_counted_once_for_the_implementations_of_a_shape(monkeypatch):
+    from fusebench.metrics import flops
+
+    counts = []
+    real = flops.count_flops
+    monkeypatch.setattr(flops, "count_flops", lambda fn, args: counts.append(1) or real(fn, args))
+    flops._LAST.clear()
+    first = get_metric("flops")(_ctx("matmul_add", "eager", (32, 16, 8)))
+    again = get_metric("flops")(_ctx("matmul_add", "memcpy", (32, 16, 8)))
+    assert first == again and first["flops_counted"] > 0 and len(counts) == 1
+    get_metric("flops")(_ctx("matmul_add", "eager", (32, 16, 16)))  # another shape: counted anew
+    assert len(counts) == 2
+
+
+def test_graph_time_uses_the_runs_timing_settings(monkeypatch):
+    # graph_time itself needs a GPU; what it is given is checked here
+    from fusebench.measure.timing import TimingSettings
+    from fusebench.metrics import graph
+
+    seen = []
+    monkeypatch.setattr(graph, "graph_time", lambda call, device, settings=None: seen.append(settings) or (5.0, 7))
+    ctx = _ctx("softmax", "eager", (8, 8))
+    ctx.device = "cuda:0"
+    st = TimingSettings(rep_ms=3.0)
+    ctx.extra["timing"] = st
+    assert get_metric("graph")(ctx)["graph_time_us"] == 5.0 and seen == [st]
