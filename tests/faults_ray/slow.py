@@ -1,4 +1,4 @@
-"""A case slow enough (a fifth of a second per input set) to kill its driver, or its node, mid-run.
+"""A case slow enough (half a second per input set) to kill its driver, or its node, mid-run.
 Its inputs append "shape Ray-node-id" to $FUSEBENCH_RAY_NODES (when set), so a test can see
 where a cell runs."""
 import os
@@ -14,7 +14,7 @@ def slow_inputs(shape, dtype, device, seed):
 
         with open(log, "a") as f:
             f.write(f"{shape[1]} {ray.get_runtime_context().get_node_id()}\n")
-    time.sleep(0.2)
+    time.sleep(0.5)
     return (fusebench.randn(shape, dtype, device, seed),)
 
 
