@@ -22,6 +22,7 @@ first candidate (the heuristic's), untimed and not cached.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -40,6 +41,7 @@ import triton
 
 from fusebench import settings
 from fusebench.kernels import device as dev
+from fusebench.util import first_line
 from fusebench.measure.timing import TimeStats, TimingSettings, time_call, time_interleaved, warm_call
 
 T = TypeVar("T")
@@ -372,8 +374,8 @@ def compile_configs_together(tuner):
     its choice comes from Triton's disk cache, which Triton consults after pruning.
 
     Through Autotuner.prune_configs and Autotuner._bench, as Triton 3.x names them; a Triton
-    without them, or configs with a pre_hook (which may rewrite shared arguments such as TMA
-    descriptors), compile one by one as they are timed."""
+    without them compiles the configs one by one as they are timed.  A config's pre_hook (which
+    sets TMA descriptors' block shapes) runs on copies of the arguments, one set per config."""
     prune, bench = getattr(tuner, "prune_configs", None), getattr(tuner, "_bench", None)
     fn = getattr(tuner, "fn", None)
     if not (callable(prune) and callable(bench) and hasattr(fn, "warmup")):
@@ -382,7 +384,7 @@ def compile_configs_together(tuner):
 
     def prune_configs(*args, **kwargs):
         configs = prune(*args, **kwargs)
-        pending[:] = configs if len(configs) > 1 and not any(c.pre_hook for c in configs) else []
+        pending[:] = configs if len(configs) > 1 else []
         return configs
 
     def _bench(*args, config, **meta):
@@ -390,38 +392,53 @@ def compile_configs_together(tuner):
             todo = list(pending)
             pending.clear()
             started, threads = time.perf_counter(), settings.current().compile_threads
-            compile_configs(fn, args, meta, todo, threads)
+            failed = compile_configs(fn, args, meta, todo, threads, getattr(tuner, "arg_names", ()))
             log_path = settings.current().autotune_log
             if log_path:
+                name = getattr(getattr(tuner, "base_fn", fn), "__name__", fn)
                 with open(log_path, "a") as f:
-                    f.write(f"triton.autotune {getattr(fn, '__name__', fn)}: {len(todo)} configs compiled together "
-                            f"in {time.perf_counter() - started:.3f} s ({threads} threads)\n")
+                    f.write(f"triton.autotune {name}: {len(todo)} configs compiled together "
+                            f"in {time.perf_counter() - started:.3f} s ({threads} threads)"
+                            + (f"; {len(failed)} failed, first: {first_line(failed[0])}" if failed else "") + "\n")
         return bench(*args, config=config, **meta)
 
     tuner.prune_configs, tuner._bench = prune_configs, _bench
     return tuner
 
 
-def compile_configs(fn, args: Sequence, meta: dict, configs: Sequence, threads: int) -> None:
+def compile_configs(fn, args: Sequence, meta: dict, configs: Sequence, threads: int,
+                    arg_names: Sequence[str] = ()) -> list[BaseException]:
     """Compile `fn` (a JIT function, or heuristics over one) for each config without launching it
-    (`warmup`), `threads` at a time.  A config that fails to compile is left for the autotuner,
-    which meets the same error when it times it and skips the config."""
+    (`warmup`), `threads` at a time; the exceptions of those that failed.  A config that fails to
+    compile is left for the autotuner, which meets the same error when it times it and skips it.
+
+    `meta` is what the autotuner got besides the positional arguments: the launch's own `grid` and
+    `warmup` are dropped from it (warmup sets both).  A config with a pre_hook gets its own shallow
+    copies of the arguments (the hook sets fields of TMA descriptors, which are part of the
+    compiled signature), named by `arg_names`."""
     if threads <= 1 or dev.is_interpreter() or not torch.cuda.is_available():
-        return
+        return []
     where = torch.cuda.current_device()
     jit = fn
     while not hasattr(jit, "device_caches") and hasattr(jit, "fn"):
         jit = jit.fn
     with contextlib.suppress(Exception):  # the per-device caches made here, not raced for by the threads
         jit.device_caches[where]
+    meta = {k: v for k, v in meta.items() if k not in ("grid", "warmup")}
 
     def one(config):
+        call_args, kwargs = args, {**meta, **config.all_kwargs()}
+        if config.pre_hook:
+            named = {**dict(zip(arg_names, args)), **kwargs}
+            named.update({k: copy.copy(v) for k, v in named.items() if hasattr(v, "block_shape")})
+            config.pre_hook(named)
+            call_args = tuple(named[n] for n in arg_names[:len(args)])
         with torch.cuda.device(where):
-            fn.warmup(*args, grid=(1,), **meta, **config.all_kwargs())
+            fn.warmup(*call_args, grid=(1,), **kwargs)
 
     with ThreadPoolExecutor(min(threads, len(configs)), thread_name_prefix="fusebench-compile") as pool:
-        for future in [pool.submit(one, c) for c in configs]:
-            future.exception()  # waited for; a failure is the autotuner's to meet
+        futures = [pool.submit(one, c) for c in configs]
+    return [f.exception() for f in futures if f.exception() is not None]
 
 
 def finalist(cands: Sequence[T], launch: Callable[..., object], device, operands, shadow,

@@ -2,12 +2,16 @@
 
 The call is warmed up on a side stream, captured in a `torch.cuda.CUDAGraph`, and each replay is
 timed like `time` (fusebench.measure.timing.time_call: CUDA events around each replay, the L2
-flushed before each, median, with the run's timing settings) -- so the two differ by the host's
-launch gaps, not by cache state.
+flushed before each, median) -- so the two differ by the host's launch gaps, not by cache state.
+A quarter of the run's timing budget is spent on it (GRAPH_BUDGET; at least the run's minimum
+count of replays): a replay has no host-side jitter to average out, so its median settles sooner
+than that of `time`, and the metric costs a cell a fraction of its timing.
 A call that cannot be captured (a synchronisation, a host read of device data, CPU-side work)
 gives `na` with the error's first line.  On the CPU there are no CUDA graphs.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -16,6 +20,7 @@ from fusebench.metrics import MetricContext, metric
 from fusebench.metrics._util import first_line
 
 WARMUP_CALLS = 3
+GRAPH_BUDGET = 0.25  # of the run's warm-up and repetition milliseconds
 
 
 def capture(call, device: str):
@@ -40,7 +45,9 @@ def graph_time(call, device: str, settings: TimingSettings | None = None) -> tup
     try:
         graph.replay()
         torch.cuda.synchronize(device)
-        stats = time_call(graph.replay, device, settings or TimingSettings())
+        st = settings or TimingSettings()
+        st = dataclasses.replace(st, warmup_ms=st.warmup_ms * GRAPH_BUDGET, rep_ms=st.rep_ms * GRAPH_BUDGET)
+        stats = time_call(graph.replay, device, st)
         return stats.median_us, stats.reps
     finally:
         del out, graph

@@ -250,10 +250,34 @@ def test_gpu_plans_on_fresh_tensors(impl, monkeypatch, few_configs, fresh_plans)
                         ("matmul_relu", (1024, 1024, 1024))]:
         a, b = run_twice(name, shape, torch.float16)
         assert not torch.equal(a, b)  # two results, not one buffer returned twice
-    # the plans of the wrappers' keys (out=None; "auto" also keeps each candidate's, called only when timed)
-    launches = [cell for key, plan in kmm._PLANS.items() if key[0][4] is None for cell in (plan.__closure__ or ())
+    # the plans of the wrappers' keys (out=None, the signature's last entry; "auto" also keeps each candidate's, called only when timed)
+    launches = [cell for key, plan in kmm._PLANS.items() if key[0][-1] is None for cell in (plan.__closure__ or ())
                 if isinstance(cell.cell_contents, Launch)]
     assert launches and all(c.cell_contents.kernel is not None for c in launches)  # the compiled fast path
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("impl", ["ptr", "tma", "splitk"])
+def test_gpu_autotune_configs_compile_together(impl, monkeypatch, tmp_path, few_configs, fresh_plans):
+    # triton.autotune's configs compile on the pool before the first is timed, TMA configs (whose
+    # pre_hook sets the descriptors' block shapes) included, and none fails there
+    from fusebench import settings
+
+    log = tmp_path / "tune.log"
+    monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
+    monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "4")
+    settings.refresh()
+    try:
+        a, b, bias = (t.half() for t in _gemm_inputs(1000, 968, 936, seed=5))  # a shape no other test tunes
+        c = kmm.gemm(a, b, bias=bias, impl=impl)
+    finally:
+        monkeypatch.delenv("FUSEBENCH_COMPILE_THREADS")
+        monkeypatch.delenv("FUSEBENCH_AUTOTUNE_LOG")
+        settings.refresh()
+    torch.testing.assert_close(c.float(), a.float() @ b.float() + bias.float(), atol=2e-2, rtol=2e-2)
+    lines = [ln for ln in log.read_text().splitlines() if "compiled together" in ln and ln.startswith("triton.autotune")]
+    assert lines and all("failed" not in ln and "(4 threads)" in ln for ln in lines), lines
 
 
 @gpu

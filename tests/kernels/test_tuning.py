@@ -311,8 +311,8 @@ def test_triton_autotune_configs_compile_together_only_when_timed(monkeypatch):
     import triton
 
     compiled = []
-    monkeypatch.setattr(tuning, "compile_configs", lambda fn, args, meta, configs, threads:
-                        compiled.append((args, meta, list(configs))))
+    monkeypatch.setattr(tuning, "compile_configs", lambda fn, args, meta, configs, threads, arg_names:
+                        compiled.append((args, meta, list(configs))) or [])
     configs = [triton.Config({"BLOCK": b}) for b in (32, 64, 128)]
     tuner = tuning.compile_configs_together(_FakeAutotuner(configs))
     pruned = tuner.prune_configs({"N": 7})
@@ -323,12 +323,12 @@ def test_triton_autotune_configs_compile_together_only_when_timed(monkeypatch):
         tuner._bench("x", "y", config=c, N=7)
     assert compiled == [(("x", "y"), {"N": 7}, configs)]  # once, all of them, before the first timing
     assert tuner.benched == configs
-    # configs with a pre_hook (TMA descriptors) compile one by one as they are timed
+    # configs with a pre_hook (TMA descriptors) compile together too
     hooked = [triton.Config({"BLOCK": b}, pre_hook=lambda nargs: None) for b in (32, 64)]
     tuner = tuning.compile_configs_together(_FakeAutotuner(hooked))
     for c in tuner.prune_configs({}):
         tuner._bench(config=c)
-    assert len(compiled) == 1
+    assert len(compiled) == 2 and compiled[1][2] == hooked
 
 
 def test_kernel_settings_recorded_with_the_run(monkeypatch):
@@ -367,13 +367,47 @@ def test_compile_configs_warms_every_config_up_on_the_callers_device(monkeypatch
                 raise RuntimeError("PTXASError")  # left for the autotuner, which skips the config
 
     configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (32, 64, 128)]
-    tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=3)
+    # the autotuner's meta holds the launch's grid and warmup flag, which warmup sets itself
+    failed = tuning.compile_configs(Jit(), ("x",), {"N": 5, "grid": (9,), "warmup": False}, configs, threads=3)
+    assert [str(e) for e in failed] == ["PTXASError"]
     assert sorted(k["BLOCK"] for _, k, _ in warmed) == [32, 64, 128] and selected == [3, 3, 3]
     assert all(a == ("x",) and k["N"] == 5 and k["num_warps"] == 4 for a, k, _ in warmed)
     assert all(t.startswith("fusebench-compile") for *_, t in warmed)
     warmed.clear()
     tuning.compile_configs(Jit(), ("x",), {"N": 5}, configs, threads=1)  # one thread: nothing ahead of timing
     assert warmed == []
+
+
+def test_compile_configs_runs_each_pre_hook_on_its_own_copies(monkeypatch):
+    # a pre_hook sets a TMA descriptor's block shape, part of the compiled signature: each config
+    # compiles with its own copy, and the caller's descriptor is left as it was
+    import contextlib
+
+    import triton
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(tuning.dev, "is_interpreter", lambda: False)
+
+    class Desc:
+        block_shape = [1, 1]
+
+    seen = []
+
+    class Jit:
+        device_caches = {}
+
+        def warmup(self, desc, n, *, grid, **kwargs):
+            seen.append((kwargs["BLOCK"], list(desc.block_shape), n))
+
+    def hook(nargs):
+        nargs["desc"].block_shape = [nargs["BLOCK"], 16]
+
+    desc = Desc()
+    configs = [triton.Config({"BLOCK": b}, pre_hook=hook) for b in (32, 64)]
+    assert tuning.compile_configs(Jit(), (desc, 7), {}, configs, threads=2, arg_names=("desc", "n")) == []
+    assert sorted(seen) == [(32, [32, 16], 7), (64, [64, 16], 7)] and desc.block_shape == [1, 1]
 
 
 @gpu
