@@ -137,7 +137,7 @@ def run(
             else:  # connect before the store is touched: a cluster that cannot serve the run stores nothing
                 cluster = ray_backend.open_cluster(ray, ray_gpu_kind, device, gpus)
                 device = cluster.device
-            timing = timing or TimingSettings()
+            timing = timing or TimingSettings.for_shapes(shape_spec_text(shapes))
             metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
             shapes = shape_spec_text(shapes)
             if not any(s.strip() for s in shapes.split(",")):

@@ -205,8 +205,8 @@ def run(
             fail(RAY_MISSING)
     elif ray_gpu_kind:
         fail("--ray-gpu-kind needs --ray")
-    timing = None if resume is not None else TimingSettings(
-        flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
+    timing = None if resume is not None else TimingSettings.for_shapes(
+        shapes, flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"),
                         TimeRemainingColumn(), console=err, transient=False)

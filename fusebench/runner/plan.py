@@ -81,23 +81,51 @@ def default_impls(device: str) -> list:
             and i.available(device) is None]
 
 
+def _is_peer(impl) -> bool:
+    from fusebench.impls.peers import PeerImplementation
+
+    return isinstance(impl, PeerImplementation)
+
+
+def peer_impls() -> list:
+    """The peer libraries' implementations (fusebench.impls.peers), installed or not."""
+    return [i for i in all_impls() if _is_peer(i)]
+
+
+PEERS_BY_NAME = "a peer library, not in the default run: --impl default,peers adds the installed peers"
+
+
 def not_planned(device: str, cases: list[str] | None = None) -> dict[str, str]:
-    """Default implementations that apply to the selected cases but were left out of a default run
-    on `device` because they cannot run here: {name: why}.  Name one with --impl to plan it anyway
-    (its cells then end `unsupported`)."""
+    """Implementations that apply to the selected cases but a default run on `device` leaves out:
+    {name: why}.  Default ones that cannot run here (name one with --impl to plan it anyway: its
+    cells then end `unsupported`), and on a GPU the peer libraries, which run when named."""
     case_objs = [get_case(n) for n in cases] if cases else all_cases()
-    return {i.name: i.available(device) for i in all_impls()
-            if i.default and (device != "cpu" or i.default_on_cpu) and i.available(device) is not None
-            and any(i.applies(c) for c in case_objs)}
+    out = {}
+    for i in all_impls():
+        if not any(i.applies(c) for c in case_objs):
+            continue
+        why = i.available(device)
+        if i.default and (device != "cpu" or i.default_on_cpu) and why is not None:
+            out[i.name] = why
+        elif _is_peer(i) and device != "cpu":  # GPU libraries: not a word about them on the CPU
+            out[i.name] = why or PEERS_BY_NAME
+    return out
 
 
 def select_impls(names: Sequence[str] | None, device: str) -> list:
-    """The implementations a request names: None for the defaults, ["all"] for every one."""
+    """The implementations a request names: None for the defaults, ["all"] for every one; among
+    names, "default" stands for the defaults and "peers" for the peer libraries installed here."""
     if not names:
         return default_impls(device)
     if list(names) == ["all"]:
         return all_impls()
-    return [get_impl(n) for n in dict.fromkeys(names)]
+    picked: dict = {}
+    for n in names:
+        group = {"default": lambda: default_impls(device),
+                 "peers": lambda: [i for i in peer_impls() if i.available(device) is None]}.get(n)
+        for impl in group() if group else [get_impl(n)]:
+            picked.setdefault(impl.name, impl)
+    return list(picked.values())
 
 
 def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: ShapeSpec, dtype: str | None,
@@ -138,5 +166,5 @@ def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: ShapeSp
     return cells
 
 
-__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "default_impls", "not_planned", "select_impls",
+__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "default_impls", "not_planned", "peer_impls", "select_impls",
            "shape_spec_text"]

@@ -67,6 +67,37 @@ def test_cpu_default_leaves_out_what_cannot_run_here_and_says_why(monkeypatch):
     assert "sdpa-flash" in not_planned("cpu", ["attention"])
 
 
+def test_peers_run_when_named_and_a_gpu_default_run_says_so(monkeypatch):
+    # peers are left out of the default run and named in its "not run here" list; "default,peers"
+    # adds every installed peer to the defaults
+    from fusebench.impls.peers import PeerImplementation
+    from fusebench.runner.plan import PEERS_BY_NAME, select_impls
+
+    peer = next(i for i in fusebench.impls.all_impls() if isinstance(i, PeerImplementation) and i.applies(
+        fusebench.cases.get_case("softmax")))
+    monkeypatch.setattr(type(peer), "available", lambda self, device: None)
+    cells = plan_cells(["softmax"], None, "quick", None, "cuda")
+    assert peer.name not in {c.impl for c in cells} and {"eager", "triton"} <= {c.impl for c in cells}
+    assert not_planned("cuda", ["softmax"])[peer.name] == PEERS_BY_NAME
+    picked = [i.name for i in select_impls(["default", "peers"], "cuda")]
+    assert peer.name in picked and picked[:len(default_impls("cuda"))] == [i.name for i in default_impls("cuda")]
+    assert [i.name for i in select_impls(["eager", "peers", "eager"], "cuda")].count("eager") == 1
+
+
+def test_the_quick_shapes_run_on_the_quick_timing_budget(db):
+    assert TimingSettings.for_shapes("quick").rep_ms < TimingSettings().rep_ms
+    assert TimingSettings.for_shapes("grid") == TimingSettings() == TimingSettings.for_shapes("64x64")
+    assert TimingSettings.for_shapes("quick", flush_mode="zero").flush_mode == "zero"
+    fusebench.run(["softmax"], impls=["eager"], shapes="quick", dtype="fp32", db=db, isolate=False, metrics="none")
+    fusebench.run(["softmax"], impls=["eager"], shapes=[(8, 16)], db=db, isolate=False, metrics="none")
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    budgets = [json.loads(t)["rep_ms"] for t, in con.execute("SELECT timing FROM runs ORDER BY id")]
+    con.close()
+    assert budgets == [TimingSettings.for_shapes("quick").rep_ms, TimingSettings().rep_ms]
+
+
 def test_named_implementation_that_applies_nowhere_is_exit_2(db):
     r = invoke("run", "softmax", "layernorm", "--impl", "sdpa-flash", "--db", db, "--no-isolate")
     assert r.exit_code == 2 and "does not apply to softmax, layernorm" in last_line(r.output)
@@ -162,7 +193,7 @@ def test_timing_stores_every_repetition_and_its_spread(db):
     row = df.iloc[0]
     samples = json.loads(row.time_samples_us)
     assert len(samples) == row.time_reps >= FAST.min_reps
-    assert row.time_spread == pytest.approx(spread(samples), abs=1e-3)  # the samples are stored rounded
+    assert row.time_spread == pytest.approx(spread(samples), rel=1e-3, abs=1e-3)  # the samples are stored rounded
     assert min(samples) <= row.time_us <= max(samples)
 
 

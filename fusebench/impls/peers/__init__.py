@@ -1,8 +1,8 @@
 """Peer libraries as implementations: the kernels a user would otherwise pick, in the same grid.
 
 Each peer calls its library's public (documented) functional entry point on the case's own
-inputs.  A peer whose library is not installed is listed with the command that installs it and is
-never planned by default; its version is stored with every run (`versions()`, in env.collect).
+inputs.  Peers run when named (`--impl liger`, or `--impl default,peers` for every installed one); one
+whose library is not installed is listed with the command that installs it; its version is stored with every run (`versions()`, in env.collect).
 The adapters map a case's arguments onto the library's call and nothing more: no extra work is
 timed that the library's own users would not do.
 """
@@ -48,7 +48,8 @@ class PeerImplementation(Implementation):
     adapters: dict[str, Adapter] = {}
     # Lowest CUDA compute capability the library's kernels run on.
     min_capability: tuple[int, int] = (8, 0)
-    default_on_cpu = False  # GPU libraries: never planned on the CPU unless asked for
+    default = False  # run when named (--impl liger, or --impl default,peers): not in the default run
+    default_on_cpu = False
 
     def applies(self, case) -> bool:
         return case.name in self.adapters
