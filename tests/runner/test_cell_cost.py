@@ -216,3 +216,20 @@ def test_a_callers_process_is_left_unfrozen_and_keeps_nothing(db):
                   isolate=False)
     assert gc.get_freeze_count() == 0
     assert cellmod.CELL_DATA.key is None and not cellmod.CELL_DATA.inputs and not cellmod.CELL_DATA.references
+
+
+@pytest.mark.parametrize("held, walks", [(0, [False, False]), (1 << 30, [False, False, True])])
+def test_a_new_case_walks_frozen_objects_again_only_if_the_gpu_still_holds_memory(monkeypatch, held, walks):
+    # on a GPU, a case change re-walks the frozen objects (full) only when memory is still held
+    fulls = []
+
+    def measure(cell, timing, seeds, row, *rest):
+        row["status"] = "ok"
+
+    monkeypatch.setattr(cellmod, "_measure", measure)
+    monkeypatch.setattr(cellmod, "free_memory", lambda device, full=True: fulls.append(full))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held)
+    monkeypatch.setattr(cellmod, "_LAST_CASE", ["softmax"])
+    measure_cell(Cell("softmax", "eager", (8, 8), "fp32", "cuda:0"), FAST)
+    measure_cell(Cell("layernorm", "eager", (8, 8), "fp32", "cuda:0"), FAST)
+    assert fulls == walks
