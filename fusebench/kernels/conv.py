@@ -36,6 +36,7 @@ from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
+from fusebench.kernels.gemm_configs import config
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, precision_note, tuned_launch,
 )
@@ -207,13 +208,12 @@ def _fold_plan(w, eps):
 
 def _igemm_configs():
     if interpreting():
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8}, num_stages=1, num_warps=4)]
+        return [config(32, 32, 16, 1, 4)]
     if is_hopper_or_newer():
         space = [(128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 64, 4, 8)]
     else:
         space = [(128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=s, num_warps=w)
-            for bm, bn, bk, s, w in space]
+    return [config(*c) for c in space]
 
 
 def _prune_igemm(configs, named_args, **kwargs):
@@ -302,7 +302,7 @@ def _is_cl(t: torch.Tensor) -> bool:
 
 
 # Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn") where it applies.
-_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul")
+_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul", "fusebench.kernels.gemm_configs")
 CONV_PATH = settings.current().conv_path
 # conv_bn: "folded", "bn-epilogue", or "auto" (the faster, timed at the first call per shape).
 CONV_BN_WAY = settings.current().conv_bn

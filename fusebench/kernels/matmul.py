@@ -17,6 +17,8 @@ Kernels
   (deterministic, unlike atomics) and applies the epilogue.  A candidate of the same first-call
   timing as the TMA kernel.
 
+The autotuning spaces of the three GEMM kernels and their pruning are in gemm_configs.py.
+
 Host side: gemm() keeps a plan per problem key (shapes, strides, dtypes, device, pointer alignment,
 epilogue, policy): the implementation chosen, the config its autotuner chose (tuned_launch), the grid
 and the integer arguments, all decided at the key's first call.  A later call is one dict lookup,
@@ -34,9 +36,10 @@ import triton
 import triton.language as tl
 
 from fusebench import settings
-from fusebench.kernels.device import is_hopper_or_newer, next_pow2, num_sms
 from fusebench.kernels.device import is_interpreter as interpreting
+from fusebench.kernels.device import num_sms
 from fusebench.kernels import gemm_utils as gu
+from fusebench.kernels.gemm_configs import gemm_configs, prune_gemm, prune_splitk, splitk_configs, tma_configs
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note, tuned_launch,
 )
@@ -44,102 +47,6 @@ from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
-
-# ------------------------------------------------------------------------------------------------
-# Autotuning spaces.  Hopper: large 128x256 / 256x128 tiles with 8 warps (two warpgroups issuing
-# wgmma), 128x128 for mid sizes, smaller tiles only when the grid would not fill the GPU.
-# Under the interpreter a single small config, so that tests do not autotune.
-
-
-def _cfg(bm, bn, bk, stages, warps, group=8, **extra):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, **extra},
-                         num_stages=stages, num_warps=warps)
-
-
-def _gemm_configs():
-    if interpreting():
-        return [_cfg(32, 32, 32, 1, 4)]
-    if is_hopper_or_newer():
-        return [
-            _cfg(128, 256, 64, 3, 8), _cfg(128, 256, 64, 4, 8), _cfg(256, 128, 64, 3, 8), _cfg(128, 128, 64, 4, 8),
-            _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
-            # grids of about one wave (small M or N, long K): deeper K steps or pipelines keep more
-            # bytes in flight (each of these is the fastest at some such shape: docs/kernels.md)
-            _cfg(64, 128, 128, 3, 4), _cfg(64, 64, 128, 4, 4), _cfg(128, 64, 128, 4, 4),
-            _cfg(64, 128, 64, 6, 4), _cfg(128, 64, 64, 6, 4), _cfg(128, 256, 64, 4, 8), _cfg(128, 128, 64, 5, 8),
-            _cfg(64, 64, 64, 4, 4),  # last: the smallest footprint, fits even fp32 operands
-        ]
-    # Ampere and older: the tutorial's space (less shared memory, no wgmma)
-    return [
-        _cfg(128, 256, 32, 3, 8), _cfg(128, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4), _cfg(64, 128, 32, 4, 4),
-        _cfg(64, 64, 32, 4, 4), _cfg(32, 64, 32, 5, 2),
-    ]
-
-
-def _tma_configs():
-    if not is_hopper_or_newer():  # never launched: TMA is Hopper-only
-        return [_cfg(128, 128, 64, 3, 8, EPILOGUE_SUBTILE=False, PERSISTENT=False)]
-    # EPILOGUE_SUBTILE stores C in two halves: half the shared-memory staging buffer, which is what
-    # lets the 128x256 tile keep three pipeline stages within Hopper's 227 KB.
-    # (256x128 would need 240 KB even so: left out.)  PERSISTENT: one program per SM.
-    return [_cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=sub, PERSISTENT=pers)
-            for bm, bn, bk, s, w, sub in [(128, 256, 64, 3, 8, True), (128, 128, 64, 4, 8, True),
-                                           (128, 128, 64, 4, 4, True)]
-            for pers in (True, False)] + [
-        _cfg(128, 256, 64, 4, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False),
-        _cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False),
-        _cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)] + [
-        # M = 128 with long K (a grid of one wave or less): short tiles, 128-deep K steps, deep
-        # pipelines (as fast as torch.mm there, faster than the pointer configs: docs/kernels.md)
-        _cfg(bm, bn, bk, s, w, EPILOGUE_SUBTILE=False, PERSISTENT=False)
-        for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]] + [
-        # M = 256-512, N = K = 4096-8192: 64x256 tiles at 5 stages, one of the two best there
-        _cfg(64, 256, 64, 5, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False)]
-
-
-# Operand staging of the software pipeline (num_stages buffers of an A and a B tile) must fit Hopper's
-# 227 KB of shared memory per SM, with room left for the epilogue; fp32 tiles are twice fp16's.
-SMEM_STAGING_LIMIT = 200 * 1024
-
-
-def _staging_bytes(c, elem_size: int) -> int:
-    return c.num_stages * (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * elem_size
-
-
-def _fit_smem(configs, elem_size: int):
-    """The configs whose pipeline staging fits SMEM_STAGING_LIMIT; when none does, the smallest
-    one with its pipeline made shallower until it fits (fp32 tiles are twice fp16's bytes)."""
-    fits = [c for c in configs if _staging_bytes(c, elem_size) <= SMEM_STAGING_LIMIT]
-    if fits:
-        return fits
-    c = min(configs, key=lambda c: _staging_bytes(c, elem_size))
-    stages = c.num_stages
-    while stages > 1 and _staging_bytes(c, elem_size) * stages // c.num_stages > SMEM_STAGING_LIMIT:
-        stages -= 1
-    return [triton.Config(dict(c.kwargs), num_stages=stages, num_warps=c.num_warps)]
-
-
-def _prune_gemm(configs, named_args, **kwargs):
-    """Drop configs that cannot suit this shape before benchmarking (saves compile time too).
-
-    Never a tile much taller/wider than the matrix.  Large outputs (at least four waves of 128x128
-    tiles): only big tiles (>= 128x128).  Smaller ones: every config that fits -- tile size does
-    not predict the winner there (docs/kernels.md).
-    """
-    M, N = named_args["M"], named_args["N"]
-    if len(configs) == 1:
-        return configs
-    sms = num_sms()
-    es = (named_args["a_ptr"] if "a_ptr" in named_args else named_args["a_desc"].base).element_size()
-    configs = _fit_smem(configs, es)
-    fits = [c for c in configs
-            if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M)) and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
-    fits = fits or configs[-1:]
-
-    if triton.cdiv(M, 128) * triton.cdiv(N, 128) < 4 * sms:
-        return fits
-    return [c for c in fits if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128] or fits
-
 
 # ------------------------------------------------------------------------------------------------
 # Kernel 1: tiled GEMM with fused epilogue, pointer arithmetic.
@@ -160,7 +67,7 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn
     return acc
 
 
-@autotune(configs=_gemm_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune_gemm})
+@autotune(configs=gemm_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": prune_gemm})
 @triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
 def _gemm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr,  #
@@ -252,8 +159,8 @@ def _tma_finish(acc, c_desc, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_rm, s
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], c)
 
 
-@autotune(configs=_with_hook(_tma_configs()), key=["M", "N", "K", "B_TRANS"],
-          prune_configs_by={"early_config_prune": _prune_gemm})
+@autotune(configs=_with_hook(tma_configs()), key=["M", "N", "K", "B_TRANS"],
+          prune_configs_by={"early_config_prune": prune_gemm})
 @triton.jit(do_not_specialize=["HAS_BIAS", "HAS_RES", "RELU"])
 def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
                      M, N, K, stride_rm, stride_rn,  #
@@ -290,32 +197,8 @@ def _gemm_tma_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr,  #
 # Kernel 3: split-K for skinny problems (few output tiles, long K).
 
 
-def _splitk_gpu_configs():
-    # one tile per program and K-slice; deep pipelines: these grids are memory-bound.  Wide tiles
-    # (128x256) read each A slice half as often from L2, for as many B bytes from DRAM.
-    return [_cfg(128, 128, 64, 4, 8), _cfg(64, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4), _cfg(64, 64, 128, 4, 4),
-            _cfg(64, 128, 128, 3, 4), _cfg(128, 256, 64, 3, 8), _cfg(128, 128, 128, 3, 8)]
-
-
-def _splitk_configs():
-    if interpreting():
-        return [_cfg(32, 32, 32, 1, 4)]
-    return _splitk_gpu_configs()
-
-
-def _prune_splitk(configs, named_args, **kwargs):
-    """Drop split-K configs that cannot fit or suit this shape: pipeline staging over
-    SMEM_STAGING_LIMIT (the fp32 128x128x64 tile at 4 stages needs 256 KB: OutOfResources on an
-    H200), and tiles taller than max(64, next_pow2(M)) rows (128-row tiles for M = 64 would be
-    half padding).  At least one config is always kept."""
-    configs = _fit_smem(configs, named_args["a_ptr"].element_size())
-    rows = max(64, next_pow2(named_args["M"]))
-    return ([c for c in configs if c.kwargs["BLOCK_M"] <= rows]
-            or [min(configs, key=lambda c: c.kwargs["BLOCK_M"])])
-
-
-@autotune(configs=_splitk_configs(), key=["M", "N", "K", "SPLITS"],
-          prune_configs_by={"early_config_prune": _prune_splitk})
+@autotune(configs=splitk_configs(), key=["M", "N", "K", "SPLITS"],
+          prune_configs_by={"early_config_prune": prune_splitk})
 @triton.jit
 def _gemm_splitk_kernel(a_ptr, b_ptr, ws_ptr, M, N, K, K_PER_SPLIT, SPLITS,  #
                         stride_am, stride_ak, stride_bk, stride_bn,  #
@@ -471,7 +354,8 @@ def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=No
             candidates["tma"] = lambda: gemm(a, b, impl="tma", **kw)
         if splitk_count(M, N, K) > 1:
             candidates["splitk"] = lambda: gemm(a, b, impl="splitk", **kw)
-        impl = fastest(_choice_key(a, b, c), candidates, device=a.device, source=source_hash(__name__))
+        source = source_hash(__name__, "fusebench.kernels.gemm_configs")  # the choice depends on both
+        impl = fastest(_choice_key(a, b, c), candidates, device=a.device, source=source)
     build = {"splitk": _splitk_plan, "tma": _tma_plan}.get(impl, _ptr_plan)
     plan = build(a, b, c, bias, residual, relu, alloc)  # runs this call
     if impl == "splitk" and out is None and gu.graph_capturable(a):

@@ -5,6 +5,7 @@ import torch
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.b2b as kb2b
+import fusebench.kernels.gemm_configs as kgc
 import fusebench.kernels.gemm_utils as gu
 import fusebench.kernels.matmul as kmm
 from fusebench.kernels.gemm_utils import tuned_launch
@@ -78,34 +79,34 @@ def test_prune_splitk():
     # the GPU config list (the interpreter's has one config): pipeline staging over 200 KiB dropped
     # (fp32 128x128x64 at 4 stages: 256 KB, OutOfResources on an H200), and tiles taller than
     # max(64, next_pow2(M)) rows
-    configs = kmm._splitk_gpu_configs()
+    configs = kgc.splitk_gpu_configs()
     fp32, fp16 = torch.empty(1, dtype=torch.float32), torch.empty(1, dtype=torch.float16)
-    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp32, "M": 128})) == [(64, 128, 64, 4), (128, 64, 64, 4)]
-    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp32, "M": 64})) == [(64, 128, 64, 4)]
-    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp16, "M": 128})) == _tiles(configs)
-    assert _tiles(kmm._prune_splitk(configs, {"a_ptr": fp16, "M": 20})) == [
+    assert _tiles(kgc.prune_splitk(configs, {"a_ptr": fp32, "M": 128})) == [(64, 128, 64, 4), (128, 64, 64, 4)]
+    assert _tiles(kgc.prune_splitk(configs, {"a_ptr": fp32, "M": 64})) == [(64, 128, 64, 4)]
+    assert _tiles(kgc.prune_splitk(configs, {"a_ptr": fp16, "M": 128})) == _tiles(configs)
+    assert _tiles(kgc.prune_splitk(configs, {"a_ptr": fp16, "M": 20})) == [
         (64, 128, 64, 4), (64, 64, 128, 4), (64, 128, 128, 3)]
     for a, m in [(fp32, 128), (fp32, 1), (fp16, 4096)]:
-        for c in kmm._prune_splitk(configs, {"a_ptr": a, "M": m}):
-            assert kmm._staging_bytes(c, a.element_size()) <= 200 * 1024
+        for c in kgc.prune_splitk(configs, {"a_ptr": a, "M": m}):
+            assert kgc.staging_bytes(c, a.element_size()) <= 200 * 1024
     # nothing fits: the smallest footprint is kept, its pipeline made shallower until it fits
     # (the GPU tests' two-config list for fp32 met this on an H200: 128x128x64 at 4 stages failed)
-    huge = [kmm._cfg(256, 256, 128, 4, 8), kmm._cfg(128, 256, 128, 4, 8)]
-    assert _tiles(kmm._prune_splitk(huge, {"a_ptr": fp32, "M": 4096})) == [(128, 256, 128, 1)]
-    assert _tiles(kmm._prune_splitk(huge[:1], {"a_ptr": fp32, "M": 16})) == [(256, 256, 128, 1)]
-    assert _tiles(kmm._prune_splitk([configs[0], configs[-1]], {"a_ptr": fp32, "M": 128})) == [(128, 128, 64, 3)]
+    huge = [kgc.config(256, 256, 128, 4, 8), kgc.config(128, 256, 128, 4, 8)]
+    assert _tiles(kgc.prune_splitk(huge, {"a_ptr": fp32, "M": 4096})) == [(128, 256, 128, 1)]
+    assert _tiles(kgc.prune_splitk(huge[:1], {"a_ptr": fp32, "M": 16})) == [(256, 256, 128, 1)]
+    assert _tiles(kgc.prune_splitk([configs[0], configs[-1]], {"a_ptr": fp32, "M": 128})) == [(128, 128, 64, 3)]
 
 
 def test_prune_gemm(monkeypatch):
     # outputs of at least four waves of 128x128 tiles keep only big tiles; smaller ones every
     # config that fits the matrix (the 128x256 tile among them: the fastest at M = 256-2048, long K)
-    monkeypatch.setattr(kmm, "num_sms", lambda *a: 132)
-    configs = [kmm._cfg(128, 256, 64, 3, 8), kmm._cfg(128, 128, 64, 4, 8), kmm._cfg(64, 128, 64, 4, 4),
-               kmm._cfg(64, 64, 128, 6, 4)]
+    monkeypatch.setattr(kgc, "num_sms", lambda *a: 132)
+    configs = [kgc.config(128, 256, 64, 3, 8), kgc.config(128, 128, 64, 4, 8), kgc.config(64, 128, 64, 4, 4),
+               kgc.config(64, 64, 128, 6, 4)]
     fp16 = torch.empty(1, dtype=torch.float16)
 
     def prune(m, n):
-        return _tiles(kmm._prune_gemm(configs, {"a_ptr": fp16, "M": m, "N": n}))
+        return _tiles(kgc.prune_gemm(configs, {"a_ptr": fp16, "M": m, "N": n}))
 
     assert prune(8192, 8192) == _tiles(configs[:2])
     assert prune(256, 16384) == _tiles(configs)

@@ -483,7 +483,7 @@ def test_report_of_several_runs_joins_them(tmp_path):
 
 
 def test_parse_run_ids():
-    from fusebench.cli import parse_run_ids
+    from fusebench.commands.common import parse_run_ids
 
     assert parse_run_ids("3") == [3]
     assert parse_run_ids("2,5") == [2, 5]

@@ -1,0 +1,235 @@
+"""The subcommands that read results stores: results, overhead, report, compare, runs, merge,
+standing.  A store they only read is opened read-only."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from fusebench.commands.common import (BASELINE_HELP, bad_input_is_exit_2, check_baseline, comma_list, err, fail,
+                                       out, parse_run_ids)
+from fusebench.util import as_text, plain
+
+
+@bad_input_is_exit_2
+def results(
+    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    db: Optional[str] = typer.Option(None, help="Results database."),
+    format: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write to this file instead of stdout."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP),
+    describe: bool = typer.Option(False, "--describe", help="Print what each exported column means and exit."),
+):
+    """Print or export the cells of a run."""
+    import fusebench
+    from fusebench.summary import print_summary
+
+    if describe:
+        from fusebench.report.columns import render_text
+
+        t = Table(title="result columns (docs/columns.md)", title_justify="left")
+        t.add_column("column", no_wrap=True)
+        t.add_column("meaning", overflow="fold")
+        for name, text in render_text():
+            t.add_row(escape(name), escape(text))
+        out.print(t)
+        return
+    if format not in ("table", "csv", "json", "parquet"):
+        fail(f"unknown format {format!r}; choose table, csv, json or parquet")
+    check_baseline(baseline)
+    df = fusebench.results(run_id, db)
+    if format == "table":
+        print_summary(df, out, baseline=baseline)
+        return
+    from fusebench.report.export import export
+
+    export(df, format, output)
+
+
+@bad_input_is_exit_2
+def overhead(
+    store: Optional[str] = typer.Argument(None, metavar="STORE", help="Results database (default ./fusebench.db "
+                                          "or $FUSEBENCH_DB)."),
+    run_id: Optional[int] = typer.Option(None, "--run", help="Run ID (default: the latest)."),
+    db: Optional[str] = typer.Option(None, help="Results database (the same as STORE)."),
+    fail_: bool = typer.Option(False, "--fail", help="Exit 1 if triton misses the rule at any cell."),
+):
+    """Host overhead per kernel: GPU time, wall time per call back to back, and their difference.
+
+    Whether triton meets wall_time <= max(1.1x its GPU time, eager's wall time), per cell; --fail: exit 1 on a miss."""
+    from fusebench.report.overhead import fmt_us, overhead_rows, summary_line, verdicts
+    from fusebench.store import Store, default_db_path
+
+    if store and db and store != db:
+        fail(f"two stores given ({store} and --db {db}): give one")
+    with Store.open(store or db or default_db_path(), create=False) as st:  # read-only
+        rid = run_id if run_id is not None else st.latest_run()
+        rows = overhead_rows(st.cells(rid))
+    found = verdicts(rows)
+    rule = {(v.case, v.shape, v.dtype): v for v in found}
+    on_gpu = (rows["device"] == "cuda").any() or rows.empty
+    gpu = "GPU time" if on_gpu else "time (host: a CPU run)"
+    t = Table(title=f"host overhead per call, run {rid} ({gpu}: the call's {'GPU ' if on_gpu else ''}work; wall "
+                    f"time: per call, back to back, as a Python caller pays it)", title_justify="left")
+    for col, just in (("case", "left"), ("shape", "left"), ("dtype", "left"), ("impl", "left"), (gpu, "right"),
+                      ("wall time", "right"), ("host overhead", "right"), ("triton's rule", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    for r in rows.itertuples(index=False):
+        verdict = rule.get((r.case_name, r.shape, r.dtype)) if r.impl == "triton" else None
+        rule_text = as_text(verdict.text()) if verdict else ""
+        if verdict is not None and verdict.meets is False:
+            rule_text = f"[red]{rule_text}[/]"
+        if r.why:
+            times = (as_text(f"not available: {r.why}"), "", "")
+        else:
+            times = (fmt_us(r.time_us), fmt_us(r.wall_time_us), fmt_us(r.overhead_us))
+        t.add_row(as_text(r.case_name), as_text(r.shape), as_text(r.dtype), as_text(r.impl), *times, rule_text)
+    out.print(t)
+    out.print(plain(summary_line(found)), markup=False, highlight=False, soft_wrap=True)
+    if fail_ and any(v.meets is False for v in found):
+        raise typer.Exit(1)
+
+
+@bad_input_is_exit_2
+def report(
+    run_id: Optional[str] = typer.Option(None, "--run", help="Run ID (default: the latest); several, e.g. 2,3 "
+                                         "or 2-11, make one report of runs from one device and software."),
+    db: Optional[str] = typer.Option(None, help="Results database."),
+    output: str = typer.Option("report.html", "-o", "--output", help="HTML file to write."),
+    pair: Optional[List[str]] = typer.Option(None, help="IMPL/BASELINE heatmap pairs, e.g. triton/inductor."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP + " (pairs of every implementation over it)"),
+):
+    """Write a self-contained HTML report of a run: heatmaps over the shape grids and tables."""
+    from fusebench.report import parse_pair, render_report
+    from fusebench.store import Store, default_db_path
+
+    pairs = [parse_pair(p) for p in comma_list(pair)] if pair else None
+    check_baseline(baseline)
+    runs = parse_run_ids(run_id) if run_id else None
+    with Store.open(db or default_db_path(), create=False) as store:  # read-only
+        path = render_report(store, runs, output, pairs=pairs, baseline=baseline)
+    out.print(f"wrote {plain(path)}", highlight=False, markup=False)
+
+
+@bad_input_is_exit_2
+def compare(
+    run_a: int = typer.Argument(..., help="The baseline run."),
+    run_b: int = typer.Argument(..., help="The run compared with it."),
+    db: Optional[str] = typer.Option(None, help="Results database holding run A (and B)."),
+    db_b: Optional[str] = typer.Option(None, help="Results database holding run B, if another."),
+    output: str = typer.Option("compare.html", "-o", "--output", help="HTML file to write."),
+    fail_above: Optional[float] = typer.Option(None, help="Exit 1 if any cell got slower by more than PCT % "
+                                                          "outside the noise of its repetitions, or newly fails."),
+    baseline: str = typer.Option("eager", help=BASELINE_HELP + " (within each run)"),
+):
+    """Compare the same cells of two runs (devices, versions, commits): ratio heatmaps and a summary."""
+    from fusebench.report import render_compare
+    from fusebench.store import Store, default_db_path
+
+    check_baseline(baseline)
+    store_a = Store.open(db or default_db_path(), create=False)
+    store_b = Store.open(db_b, create=False) if db_b else store_a
+    try:
+        result = render_compare(store_a, run_a, store_b, run_b, output, baseline=baseline)
+    finally:
+        store_a.close()
+        if store_b is not store_a:
+            store_b.close()
+    geo = f"{result.geomean_speedup:.3f}×" if result.geomean_speedup else "n/a"
+    out.print(f"wrote {plain(result.out_path)}: {result.matched} cells timed in both runs, geomean speedup of run "
+              f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}% "
+              f"({result.max_real_regression_pct:.1f}% outside the noise); "
+              f"{len(result.new_failures)} cell(s) newly failing", highlight=False, markup=False)
+    if fail_above is None:
+        return
+    real = result.real_regressions(fail_above)
+    within = len(result.regressed(fail_above)) - len(real)
+    if within:
+        err.print(f"--fail-above {fail_above:g}: {within} cell(s) slower by more than {fail_above:g}% but within "
+                  f"the noise of their repetitions (not counted)", highlight=False)
+    # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
+    if len(real) or len(result.new_failures):
+        for r in real.itertuples():
+            err.print(f"  regressed {r.regression_pct:.1f}% (B / A within {r.change_lo:.3f}-{r.change_hi:.3f}): "
+                      f"{plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
+                      markup=False, highlight=False)
+        for r in result.new_failures.itertuples():
+            err.print(f"  newly failing: {plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
+                      markup=False, highlight=False)
+        err.print(f"--fail-above {fail_above:g}: {len(real)} cell(s) regressed outside the noise, "
+                  f"{len(result.new_failures)} newly failing", highlight=False)
+        raise typer.Exit(1)
+
+
+@bad_input_is_exit_2
+def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
+    """List the runs in the store."""
+    from fusebench.store import Store, default_db_path
+
+    with Store.open(db or default_db_path(), create=False) as store:  # read-only
+        df = store.runs()
+    t = Table()
+    for col in df.columns:
+        t.add_column(as_text(col))
+    for _, r in df.iterrows():
+        t.add_row(*[as_text(v) for v in r])
+    out.print(t)
+
+
+@bad_input_is_exit_2
+def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="Stores whose runs to copy."),
+          db: Optional[str] = typer.Option(None, help="Results database to copy them into (created if absent).")):
+    """Copy every run of other stores into one (new run ids), e.g. runs made by separate processes."""
+    from fusebench.store import Store, default_db_path
+
+    # check every source (opened read-only) and the destination before anything is written
+    opened = []
+    try:
+        for src in sources:
+            opened.append(Store.open(src, create=False))
+        store = Store.open(db or default_db_path())
+        try:
+            for src in opened:
+                mapping = store.merge_from(src)
+                moved = ", ".join(f"{old} -> {new}" for old, new in mapping.items()) or "no runs"
+                out.print(f"{plain(src.path)}: runs {moved}", highlight=False, markup=False)
+        finally:
+            store.close()
+    finally:
+        for src in opened:
+            src.close()
+
+
+@bad_input_is_exit_2
+def standing_cmd(
+    stores: List[str] = typer.Argument(..., metavar="STORE...", help="Results databases (their `ceilings` "
+                                       "tables give each GPU's copy ceiling)."),
+    ceiling: Optional[float] = typer.Option(None, help="Copy ceiling of every GPU, GB/s (default: the stored one)."),
+    min_input_mib: float = typer.Option(64.0, help="Only shapes whose fp32 input exceeds this many MiB."),
+    target: float = typer.Option(0.9, help="Fraction of the ceiling (or of the same-size copy) to reach."),
+    every: bool = typer.Option(False, "--all", help="List every shape, not only those below the target."),
+    versus: bool = typer.Option(False, "--versus", help="Geometric means against Inductor and eager instead."),
+):
+    """The memory-bound cases' large shapes against the copy ceiling (or, --versus, against
+    Inductor and eager), from the latest fp32 cells of the given stores."""
+    from fusebench.report.standing import (VERSUS_QUERY, copy_ceilings, load, standing, standing_lines,
+                                           versus as versus_table)
+
+    if ceiling is not None and not ceiling > 0:
+        fail(f"--ceiling must be positive, got {ceiling:g}")
+    if not target > 0:
+        fail(f"--target must be positive, got {target:g}")
+    if not min_input_mib >= 0:
+        fail(f"--min-input-mib must be at least 0, got {min_input_mib:g}")
+    if versus:
+        out.print(plain(versus_table(load(stores, VERSUS_QUERY))), markup=False, highlight=False, soft_wrap=True)
+        return
+    cells = load(stores)
+    ceilings = ({name: ceiling for name in cells.device_name.unique()} if ceiling else copy_ceilings(stores))
+    lines = standing_lines(standing(cells, ceilings, min_input_mib), ceilings, target, every)
+    if not lines:
+        lines = [f"no ok fp32 triton cell of a memory-bound case above {min_input_mib:g} MiB in these stores"]
+    for line in lines:
+        out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
