@@ -61,8 +61,9 @@ def run(
     cases: Optional[List[str]] = typer.Argument(None, help="Cases to run (default: all)."),
     impl: Optional[List[str]] = typer.Option(
         None, "--impl", help="Implementations, comma-separated, or all (default: eager, inductor, triton, the vendor "
-                             "kernels and the ceilings, where they run here; slow ones such as "
-                             "inductor-max-autotune only by name or all)."),
+                             "kernels and the ceilings, where they run here).  `default` and `peers` (the "
+                             "peer libraries installed here) name groups, e.g. default,peers; slow ones "
+                             "such as inductor-max-autotune run only by name or all."),
     shapes: str = typer.Option("quick", help="quick | grid | AxB,CxD,..."),
     dtype: Optional[str] = typer.Option(None, help="fp32 | fp16 | bf16 (default: each case's own)."),
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
