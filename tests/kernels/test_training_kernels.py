@@ -167,11 +167,15 @@ def test_cross_entropy_chunks_rescale_the_running_sum(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("N", [4096, 16384, 32768, 65536])
 @pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
-def test_norm_backward_kernels_do_not_spill(N, center):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_backward_kernels_spill_only_where_measured_faster(N, center, dtype):
+    # rows on chip spill at 16384 columns, where they are still faster for bf16 rows (module
+    # docstring); every other path does not spill
     from fusebench.kernels.layernorm_backward import norm_backward
 
-    x = torch.randn(256, N, device="cuda", dtype=torch.bfloat16)
-    dy, w = torch.randn_like(x), torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, N, device="cuda", dtype=dtype)
+    dy, w = torch.randn_like(x), torch.randn(N, device="cuda", dtype=dtype)
     kernels = []
     norm_backward(dy, x, w, center=center, eps=1e-5, kernels=kernels)
-    assert kernels and all(k.n_spills == 0 for k in kernels), [(k.name, k.n_spills) for k in kernels]
+    spilled = [(k.name, k.n_spills) for k in kernels if k.n_spills]
+    assert kernels and (spilled == [] or (N == 16384 and dtype == torch.bfloat16 and len(kernels) == 1)), spilled
