@@ -137,9 +137,9 @@ def run(
             else:  # connect before the store is touched: a cluster that cannot serve the run stores nothing
                 cluster = ray_backend.open_cluster(ray, ray_gpu_kind, device, gpus)
                 device = cluster.device
-            timing = timing or TimingSettings.for_shapes(shape_spec_text(shapes))
             metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
             shapes = shape_spec_text(shapes)
+            timing = timing or TimingSettings.for_shapes(shapes)
             if not any(s.strip() for s in shapes.split(",")):
                 raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
             todo = plan_cells(cases, impls, shapes, dtype, device, mode)

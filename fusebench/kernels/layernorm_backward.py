@@ -15,9 +15,9 @@ Two variants, chosen by row length (as the forwards' plans are):
   contiguous block of rows, one row at a time held whole in registers, with its partial dw and db
   kept in registers across its rows and written once ([programs, N] fp32, summed by torch
   afterwards), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  At 16384 columns the
-  kernel spills, and is still 2.0-2.3x faster than the
-  long-row kernels for bf16 inputs; for fp32 inputs the long-row kernels are as fast or faster
-  there (1.0-1.6x), so fp32 rows go on chip up to FP32_ONCHIP columns (docs/kernels.md).
+  kernel spills, and is still 2.0-2.3x faster than the long-row kernels for bf16 inputs; for
+  fp32 inputs the long-row kernels are as fast or faster there (1.0-1.6x), so fp32 rows go on
+  chip up to FP32_ONCHIP columns (docs/kernels.md).
 * Long rows: the row is walked in chunks by two kernels.  `_row_stats`
   takes one row per program and writes its four scalars (mean, rstd, mean(g * x-hat), mean(g));
   `_columns` takes a block of columns over a group of rows, writes dx from those scalars and sums

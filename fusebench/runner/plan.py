@@ -121,9 +121,13 @@ def select_impls(names: Sequence[str] | None, device: str) -> list:
         return all_impls()
     picked: dict = {}
     for n in names:
-        group = {"default": lambda: default_impls(device),
-                 "peers": lambda: [i for i in peer_impls() if i.available(device) is None]}.get(n)
-        for impl in group() if group else [get_impl(n)]:
+        if n == "default":
+            group = default_impls(device)
+        elif n == "peers":
+            group = [i for i in peer_impls() if i.available(device) is None]
+        else:
+            group = [get_impl(n)]
+        for impl in group:
             picked.setdefault(impl.name, impl)
     return list(picked.values())
 
@@ -166,5 +170,5 @@ def plan_cells(cases: list[str] | None, impls: list[str] | None, shapes: ShapeSp
     return cells
 
 
-__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "default_impls", "not_planned", "peer_impls", "select_impls",
-           "shape_spec_text"]
+__all__ = ["Cell", "plan_cells", "cpu_dtype", "resolve_shapes", "default_impls", "not_planned", "peer_impls",
+           "select_impls", "shape_spec_text"]

@@ -1,8 +1,9 @@
 """Peer libraries as implementations: the kernels a user would otherwise pick, in the same grid.
 
 Each peer calls its library's public (documented) functional entry point on the case's own
-inputs.  Peers run when named (`--impl liger`, or `--impl default,peers` for every installed one); one
-whose library is not installed is listed with the command that installs it; its version is stored with every run (`versions()`, in env.collect).
+inputs.  Peers run when named (`--impl liger`, or `--impl default,peers` for every installed
+one); one whose library is not installed is listed with the command that installs it.  A peer's
+version is stored with every run (`versions()`, in env.collect).
 The adapters map a case's arguments onto the library's call and nothing more: no extra work is
 timed that the library's own users would not do.
 """
