@@ -26,6 +26,14 @@ def _flag(name: str, default: str = "1") -> bool:
     return os.environ.get(name, default) not in ("", "0")
 
 
+def _usable_cpus() -> int:
+    # the CPUs this process may run on (a container or taskset may allow fewer than the host has)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _count(name: str, default: int) -> int:
     """A positive integer variable; unset, empty or not a positive integer: `default`."""
     try:
@@ -61,7 +69,7 @@ class Settings:
             interpret=_flag("TRITON_INTERPRET", "0"),
             autotune=_flag("FUSEBENCH_AUTOTUNE"),
             autotune_log=env.get("FUSEBENCH_AUTOTUNE_LOG") or None,
-            compile_threads=_count("FUSEBENCH_COMPILE_THREADS", min(8, os.cpu_count() or 1)),
+            compile_threads=_count("FUSEBENCH_COMPILE_THREADS", min(16, _usable_cpus())),
             coop=_flag("FUSEBENCH_COOP"),
             tuning_cache=_flag("FUSEBENCH_TUNING_CACHE"),
             cache_dir=Path(env.get("FUSEBENCH_CACHE_DIR") or Path.home() / ".cache" / "fusebench"),
