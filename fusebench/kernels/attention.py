@@ -153,6 +153,17 @@ def _attn_body(q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, de
 
 
 @triton.jit
+def _program(H, CAUSAL: tl.constexpr):
+    # this program's (query block, batch*head, batch, head); causal: the heaviest query blocks (the
+    # last ones) first
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
+    off_hz = tl.program_id(1)
+    return start_m, off_hz, off_hz // H, off_hz % H
+
+
+@triton.jit
 def _store_lse(Lse, off_hz, offs_m, m_i, l_i, N_CTX):
     # each row's logsumexp of scale * q k^T, natural log, into the contiguous fp32 (batch, heads, seqlen)
     # Lse, for the backward (attention_backward.py); m_i and log2(l_i) are in base 2
@@ -172,13 +183,7 @@ def _attn_fwd(Q, K, V, Out, Lse, sm_scale,  #
               HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr, STORE_LSE: tl.constexpr,  #
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    # program (query block, batch*head); causal: heaviest query blocks (the last ones) first
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m
-    off_hz = tl.program_id(1)
-    off_z = off_hz // H
-    off_h = off_hz % H
+    start_m, off_hz, off_z, off_h = _program(H, CAUSAL)
     # base of this (batch, head) in each tensor; int64: batch*heads*seqlen*head_dim can pass 2**31
     q_base = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
     k_base = K + off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
@@ -222,12 +227,7 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, Lse, sm_scale,  #
     goes through masked pointer stores, not TMA).
     """
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m
-    off_hz = tl.program_id(1)
-    off_z = off_hz // H
-    off_h = off_hz % H
+    start_m, off_hz, off_z, off_h = _program(H, CAUSAL)
     row0 = off_hz * N_CTX  # first row of this head in the 2-D view
     q = desc_q.load([row0 + start_m * BLOCK_M, 0])
     qk_scale = sm_scale * 1.4426950408889634

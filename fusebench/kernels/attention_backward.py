@@ -90,6 +90,17 @@ def _head(ptr, off_hz, H, stride_z, stride_h):
     return ptr + (off_hz // H).to(tl.int64) * stride_z + (off_hz % H).to(tl.int64) * stride_h
 
 
+@triton.jit
+def _load(ptrs, mask, MASK_TAIL: tl.constexpr):
+    # with MASK_TAIL, rows past seqlen (mask false) read 0; without it (whole blocks) no mask, which
+    # lets the compiler vectorize the load
+    if MASK_TAIL:
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    else:
+        x = tl.load(ptrs)
+    return x
+
+
 # ------------------------------------------------------------------------------------------------
 # delta = rowsum(dO * O)
 
@@ -123,20 +134,12 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, lse_row, delta_row,  #
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        # q^T tile (HEAD_DIM, BLOCK_M) and dO tile (BLOCK_M, HEAD_DIM); rows past seqlen read 0
-        qt_ptrs = q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd
-        do_ptrs = do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dd
-        if MASK_TAIL:
-            rows = offs_m < N_CTX
-            qt = tl.load(qt_ptrs, mask=rows[None, :], other=0.0)
-            do = tl.load(do_ptrs, mask=rows[:, None], other=0.0)
-            lse = tl.load(lse_row + offs_m, mask=rows, other=0.0)
-            delta = tl.load(delta_row + offs_m, mask=rows, other=0.0)
-        else:
-            qt = tl.load(qt_ptrs)
-            do = tl.load(do_ptrs)
-            lse = tl.load(lse_row + offs_m)
-            delta = tl.load(delta_row + offs_m)
+        # q^T tile (HEAD_DIM, BLOCK_M), dO tile (BLOCK_M, HEAD_DIM) and the rows' scalars
+        rows = offs_m < N_CTX
+        qt = _load(q_base + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd, rows[None, :], MASK_TAIL)
+        do = _load(do_base + offs_m[:, None] * stride_dm + offs_d[None, :] * stride_dd, rows[:, None], MASK_TAIL)
+        lse = _load(lse_row + offs_m, rows, MASK_TAIL)
+        delta = _load(delta_row + offs_m, rows, MASK_TAIL)
         # P^T (BLOCK_N, BLOCK_M) = exp(scale * k q^T - lse), in base 2
         pt = tl.math.exp2(tl.dot(k, qt, input_precision="ieee") * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASK_DIAG or MASK_TAIL:
@@ -218,15 +221,10 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base,  #
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        # k^T and v^T tiles (HEAD_DIM, BLOCK_N); keys past seqlen read 0
-        kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        vt_ptrs = v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
-        if MASK_TAIL:
-            kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_CTX, other=0.0)
-            vt = tl.load(vt_ptrs, mask=offs_n[None, :] < N_CTX, other=0.0)
-        else:
-            kt = tl.load(kt_ptrs)
-            vt = tl.load(vt_ptrs)
+        # k^T and v^T tiles (HEAD_DIM, BLOCK_N)
+        keys = offs_n[None, :] < N_CTX
+        kt = _load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd, keys, MASK_TAIL)
+        vt = _load(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd, keys, MASK_TAIL)
         p = tl.math.exp2(tl.dot(q, kt, input_precision="ieee") * qk_scale - lse[:, None])
         if MASK_DIAG or MASK_TAIL:
             keep = offs_n[None, :] < N_CTX

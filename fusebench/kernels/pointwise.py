@@ -54,6 +54,22 @@ _SOURCE = functools.partial(source_hash, __name__)
 
 
 @triton.jit
+def _aligned(values, ALIGN: tl.constexpr):
+    # The values rounded down to multiples of ALIGN.  ALIGN divides them already (plans.vector_align):
+    # the rounding tells the compiler so, and it may use 16-byte vectors.
+    return [v // ALIGN * ALIGN for v in values]
+
+
+@triton.jit
+def _load(operand, i0, j0, i, j, mask, EVICT: tl.constexpr):
+    # tile (i, j) at (i0, j0) of operand (pointer, row stride, column stride) as fp32, 0 where not
+    # mask; the 64-bit tile base apart from the in-tile offsets (32-bit)
+    ptr, stride_i, stride_j = operand
+    return tl.load(ptr + i0 * stride_i + j0 * stride_j + i[:, None] * stride_i + j[None, :] * stride_j,
+                   mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+
+
+@triton.jit
 def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr):
     # This program's tile of the (M, N) grid of tiles, column blocks fastest: its first row and
     # column in 64 bits (row0 * stride may pass 2**31), in-tile indices, and the in-bounds mask.
@@ -102,13 +118,9 @@ def _grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
                             ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             GRID: tl.constexpr, EVICT: tl.constexpr):
-    N = N // ALIGN * ALIGN  # ALIGN divides N and the row strides: 16-byte vectors
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
+    N, stride_xm, stride_ym = _aligned((N, stride_xm, stride_ym), ALIGN)
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
-    # tile base (64-bit scalar) + in-tile offsets (32-bit)
-    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    x = _load((x_ptr, stride_xm, stride_xn), row0, col0, r, c, mask, EVICT)
     y = tl.cos(x)
     x = x * y
     y = tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)  # torch.max propagates NaN
@@ -121,12 +133,9 @@ def _pointwise_chain_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym,
 def _bias_gelu_kernel(x_ptr, b_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_b, stride_ym,
                       ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GRID: tl.constexpr,
                       EVICT: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
+    N, stride_xm, stride_ym = _aligned((N, stride_xm, stride_ym), ALIGN)
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
-    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    x = _load((x_ptr, stride_xm, stride_xn), row0, col0, r, c, mask, EVICT)
     # The bias slice for this tile's columns, loaded once and broadcast over its rows.
     b = tl.load(b_ptr + col0 * stride_b + c * stride_b, mask=c < N - col0, other=0.0).to(tl.float32)
     x = x + b[None, :]
@@ -141,18 +150,11 @@ def _bias_dropout_add_kernel(x_ptr, b_ptr, res_ptr, y_ptr, M, N, stride_xm, stri
                              stride_rm, stride_rn, stride_ym,
                              ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              GRID: tl.constexpr, EVICT: tl.constexpr):
-    N = N // ALIGN * ALIGN
-    stride_xm = stride_xm // ALIGN * ALIGN
-    stride_bm = stride_bm // ALIGN * ALIGN
-    stride_rm = stride_rm // ALIGN * ALIGN
-    stride_ym = stride_ym // ALIGN * ALIGN
+    N, stride_xm, stride_bm, stride_rm, stride_ym = _aligned((N, stride_xm, stride_bm, stride_rm, stride_ym), ALIGN)
     row0, col0, r, c, mask = _tile(M, N, BLOCK_M, BLOCK_N, GRID)
-    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
-    b = tl.load(b_ptr + row0 * stride_bm + col0 * stride_bn + r[:, None] * stride_bm + c[None, :] * stride_bn,
-                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
-    res = tl.load(res_ptr + row0 * stride_rm + col0 * stride_rn + r[:, None] * stride_rm + c[None, :] * stride_rn,
-                  mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    x = _load((x_ptr, stride_xm, stride_xn), row0, col0, r, c, mask, EVICT)
+    b = _load((b_ptr, stride_bm, stride_bn), row0, col0, r, c, mask, EVICT)
+    res = _load((res_ptr, stride_rm, stride_rn), row0, col0, r, c, mask, EVICT)
     # dropout(p, training=False) is the identity
     tl.store(y_ptr + row0 * stride_ym + col0 + r[:, None] * stride_ym + c[None, :],
              (res + (x + b)).to(y_ptr.dtype.element_ty), mask=mask)
@@ -167,29 +169,20 @@ def _bias_dropout_add_transposed_kernel(x_ptr, bt_ptr, rt_ptr, y_ptr, M, N, stri
     # ALIGN_N divides N and the (M, N) operands' row strides, ALIGN_M divides M and the (N, M)
     # operands' row strides: 16-byte vectors in both orientations.  The output y is row-major (M, N)
     # with row stride stride_y, or with OUT_T column-major: stored (N, M) with row stride stride_y.
-    N = N // ALIGN_N * ALIGN_N
-    stride_xm = stride_xm // ALIGN_N * ALIGN_N
-    M = M // ALIGN_M * ALIGN_M
-    stride_bt0 = stride_bt0 // ALIGN_M * ALIGN_M
-    stride_rt0 = stride_rt0 // ALIGN_M * ALIGN_M
-    if OUT_T:
-        stride_y = stride_y // ALIGN_M * ALIGN_M
-    else:
-        stride_y = stride_y // ALIGN_N * ALIGN_N
+    N, stride_xm = _aligned((N, stride_xm), ALIGN_N)
+    M, stride_bt0, stride_rt0 = _aligned((M, stride_bt0, stride_rt0), ALIGN_M)
+    stride_y = _aligned((stride_y,), ALIGN_M if OUT_T else ALIGN_N)[0]
     row0, col0, r, c, mask = _grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # bias_t / residual_t tiles (BLOCK_N, BLOCK_M): element (j, i) of the tile is operand[i, j],
     # stored at t[col0 + j, row0 + i], contiguous along the tile's second axis (M).
     mask_t = (c < N - col0)[:, None] & (r < M - row0)[None, :]
-    bt = tl.load(bt_ptr + col0 * stride_bt0 + row0 * stride_bt1 + c[:, None] * stride_bt0 + r[None, :] * stride_bt1,
-                 mask=mask_t, other=0.0, eviction_policy=EVICT).to(tl.float32)
-    rt = tl.load(rt_ptr + col0 * stride_rt0 + row0 * stride_rt1 + c[:, None] * stride_rt0 + r[None, :] * stride_rt1,
-                 mask=mask_t, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    bt = _load((bt_ptr, stride_bt0, stride_bt1), col0, row0, c, r, mask_t, EVICT)
+    rt = _load((rt_ptr, stride_rt0, stride_rt1), col0, row0, c, r, mask_t, EVICT)
     # inp tile (BLOCK_M, BLOCK_N), contiguous along N, loaded last: loaded first, the compiler
     # moved inp itself into the others' layout through shared memory before it issued their loads
     # (two DRAM round trips one after the other, and a second on-chip transpose for the store; seen
     # in the sm_90 SASS).  In this order the three loads are in flight together.
-    x = tl.load(x_ptr + row0 * stride_xm + col0 * stride_xn + r[:, None] * stride_xm + c[None, :] * stride_xn,
-                mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    x = _load((x_ptr, stride_xm, stride_xn), row0, col0, r, c, mask, EVICT)
     if OUT_T:
         # inp transposed on chip; y[row0 + i, col0 + j] stored at y_t[col0 + j, row0 + i]
         y = tl.trans(x) + (bt + rt)

@@ -148,6 +148,14 @@ def _second_normalizer(T1, T2, T3, T4, N):
 
 
 @triton.jit
+def _powers(v):
+    # (v, v^2, v^3, v^4), each power the one before times v
+    v2 = v * v
+    v3 = v2 * v
+    return v, v2, v3, v3 * v
+
+
+@triton.jit
 def _ds_init(BLOCK_N: tl.constexpr):
     z = tl.zeros([BLOCK_N], tl.float32)
     return tl.full([], float("-inf"), tl.float32), z, z, z, z
@@ -160,21 +168,9 @@ def _ds_acc(chunk, state, ok, k):
     xf = chunk[0].to(tl.float32)
     m, P1, P2, P3, P4 = state
     m_new = tl.maximum(m, tl.max(xf, 0))
-    r = tl.exp(m - m_new)
-    e = tl.exp(xf - m_new)
-    rk = r
-    ek = e
-    P1 = P1 * rk + ek
-    rk *= r
-    ek *= e
-    P2 = P2 * rk + ek
-    rk *= r
-    ek *= e
-    P3 = P3 * rk + ek
-    rk *= r
-    ek *= e
-    P4 = P4 * rk + ek
-    return m_new, P1, P2, P3, P4
+    r1, r2, r3, r4 = _powers(tl.exp(m - m_new))
+    e1, e2, e3, e4 = _powers(tl.exp(xf - m_new))
+    return m_new, P1 * r1 + e1, P2 * r2 + e2, P3 * r3 + e3, P4 * r4 + e4
 
 
 @triton.jit
@@ -206,15 +202,10 @@ def _ds_reread_acc(chunk, stats, ok, k):
     xf = chunk[0].to(tl.float32)
     m, T1, T2, T3, T4 = stats
     m_new = tl.maximum(m, tl.max(xf, 0))
-    r = tl.exp(m - m_new)
-    r2 = r * r
-    e = tl.exp(xf - m_new)
-    e2 = e * e
-    T1 = T1 * r + tl.sum(e, 0)
-    T2 = T2 * r2 + tl.sum(e2, 0)
-    T3 = T3 * r2 * r + tl.sum(e2 * e, 0)
-    T4 = T4 * r2 * r2 + tl.sum(e2 * e2, 0)
-    return m_new, T1, T2, T3, T4
+    r1, r2, r3, r4 = _powers(tl.exp(m - m_new))
+    e1, e2, e3, e4 = _powers(tl.exp(xf - m_new))
+    return (m_new, T1 * r1 + tl.sum(e1, 0), T2 * r2 + tl.sum(e2, 0), T3 * r3 + tl.sum(e3, 0),
+            T4 * r4 + tl.sum(e4, 0))
 
 
 @triton.jit
@@ -238,8 +229,7 @@ def _ds_coop_stats(chunk, ok, k):
     # one reduction (one exchange between warps instead of four)
     m_c = tl.max(chunk[0], 0)
     e = tl.exp(chunk[0] - m_c)
-    e2 = e * e
-    P1, P2, P3, P4 = tl.reduce((e, e2, e2 * e, e2 * e2), 0, _add4)
+    P1, P2, P3, P4 = tl.reduce(_powers(e), 0, _add4)
     i = tl.arange(0, 8)
     stats = tl.where(i == 0, m_c, tl.where(i == 1, P1, tl.where(i == 2, P2, 0.0)))
     return (e,), m_c, tl.where(i == 3, P3, tl.where(i == 4, P4, stats))
@@ -250,15 +240,11 @@ def _ds_coop_merge(parts, m_c, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
     # the power sums at the row max m: T_k = sum_c exp(k (m_c - m)) P_k,c
     m_cs = tl.where(tl.arange(0, BLOCK_S) < SPLITS, column(parts, 0), float("-inf"))
     m = tl.max(m_cs, 0)
-    r = tl.exp(m_cs - m)
-    rk = r
-    T1 = tl.sum(column(parts, 1) * rk, 0)
-    rk *= r
-    T2 = tl.sum(column(parts, 2) * rk, 0)
-    rk *= r
-    T3 = tl.sum(column(parts, 3) * rk, 0)
-    rk *= r
-    T4 = tl.sum(column(parts, 4) * rk, 0)
+    r1, r2, r3, r4 = _powers(tl.exp(m_cs - m))
+    T1 = tl.sum(column(parts, 1) * r1, 0)
+    T2 = tl.sum(column(parts, 2) * r2, 0)
+    T3 = tl.sum(column(parts, 3) * r3, 0)
+    T4 = tl.sum(column(parts, 4) * r4, 0)
     inv1, inv2 = _second_normalizer(T1, T2, T3, T4, N)
     return tl.exp(m_c - m) * inv1, inv2
 
