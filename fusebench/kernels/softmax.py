@@ -156,6 +156,15 @@ def _powers(v):
 
 
 @triton.jit
+def _ds_step(chunk, m):
+    # a chunk's step: the new running max, the powers of r = exp(m - m_new) that rescale the sums
+    # taken so far, and those of the chunk's e = exp(x - m_new)
+    xf = chunk[0].to(tl.float32)
+    m_new = tl.maximum(m, tl.max(xf, 0))
+    return m_new, _powers(tl.exp(m - m_new)), _powers(tl.exp(xf - m_new))
+
+
+@triton.jit
 def _ds_init(BLOCK_N: tl.constexpr):
     z = tl.zeros([BLOCK_N], tl.float32)
     return tl.full([], float("-inf"), tl.float32), z, z, z, z
@@ -165,12 +174,9 @@ def _ds_init(BLOCK_N: tl.constexpr):
 def _ds_acc(chunk, state, ok, k):
     # the running max m and the per-lane power sums P_k of e = exp(x - m), k = 1..4; when m grows
     # by d, P_k is rescaled by exp(-k d) = r^k
-    xf = chunk[0].to(tl.float32)
     m, P1, P2, P3, P4 = state
-    m_new = tl.maximum(m, tl.max(xf, 0))
-    r1, r2, r3, r4 = _powers(tl.exp(m - m_new))
-    e1, e2, e3, e4 = _powers(tl.exp(xf - m_new))
-    return m_new, P1 * r1 + e1, P2 * r2 + e2, P3 * r3 + e3, P4 * r4 + e4
+    m_new, r, e = _ds_step(chunk, m)
+    return m_new, P1 * r[0] + e[0], P2 * r[1] + e[1], P3 * r[2] + e[2], P4 * r[3] + e[3]
 
 
 @triton.jit
@@ -199,13 +205,10 @@ def _ds_reread_init():
 @triton.jit
 def _ds_reread_acc(chunk, stats, ok, k):
     # the power sums as scalars, each big step reduced at once
-    xf = chunk[0].to(tl.float32)
     m, T1, T2, T3, T4 = stats
-    m_new = tl.maximum(m, tl.max(xf, 0))
-    r1, r2, r3, r4 = _powers(tl.exp(m - m_new))
-    e1, e2, e3, e4 = _powers(tl.exp(xf - m_new))
-    return (m_new, T1 * r1 + tl.sum(e1, 0), T2 * r2 + tl.sum(e2, 0), T3 * r3 + tl.sum(e3, 0),
-            T4 * r4 + tl.sum(e4, 0))
+    m_new, r, e = _ds_step(chunk, m)
+    return (m_new, T1 * r[0] + tl.sum(e[0], 0), T2 * r[1] + tl.sum(e[1], 0), T3 * r[2] + tl.sum(e[2], 0),
+            T4 * r[3] + tl.sum(e[3], 0))
 
 
 @triton.jit

@@ -83,6 +83,12 @@ def strided(t: torch.Tensor, how: str) -> torch.Tensor:
     return t.t().contiguous().t()
 
 
+def check_plan(name, plan, dtype, shape=(3, 700), seed=1):
+    """The case's kernel forced onto `plan` at `shape` agrees with the reference."""
+    args = inputs(name, shape, dtype, seed=seed)
+    check(name, IMPL[name](*args, plan=plan), args)
+
+
 def checked(name, out, args, plan):
     """check(), naming the plan when it fails."""
     try:
