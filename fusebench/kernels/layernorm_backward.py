@@ -13,16 +13,22 @@ Two variants, chosen by row length (as the forwards' plans are):
 
 * Rows on chip (N <= max_onchip, and N <= FP32_ONCHIP for 4-byte inputs): each program takes a
   contiguous block of rows, one row at a time held whole in registers, with its partial dw and db
-  kept in registers across its rows and written once ([programs, N] fp32, summed by torch
-  afterwards), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  At 16384 columns the
-  kernel spills, and is still 2.0-2.3x faster than the long-row kernels for bf16 inputs; for
-  fp32 inputs the long-row kernels are as fast or faster there (1.0-1.6x), so fp32 rows go on
-  chip up to FP32_ONCHIP columns (docs/kernels.md).
+  kept in registers across its rows and written once ([programs, N] fp32), as Liger-Kernel's
+  LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
+  taken in one reduction, so the warps meet once per row.  With `prefetch` the next row's loads
+  are issued before this row's reduction; it costs the next row's registers and spills at the
+  launcher's warps (ptxas for sm_90 at 4096-16384 columns), so it is off unless asked for.  At
+  16384 columns the kernel spills, and is still 2.0-2.3x faster than the long-row kernels for
+  bf16 inputs; for fp32 inputs the long-row kernels are as fast or faster there (1.0-1.6x), so
+  fp32 rows go on chip up to FP32_ONCHIP columns (docs/kernels.md).
 * Long rows: the row is walked in chunks by two kernels.  `_row_stats`
   takes one row per program and writes its four scalars (mean, rstd, mean(g * x-hat), mean(g));
   `_columns` takes a block of columns over a group of rows, writes dx from those scalars and sums
   its partial dw and db in registers.  x and dy are read twice, so 5 row-sized tensors move
   instead of the 3 of the rows-on-chip variant (dx, and x and dy once).
+
+Either way the [programs, N] partials of dw and db are summed by one small kernel that writes
+both in the weight's dtype.
 
 All arithmetic is fp32; dx has x's dtype, dw and db the weight's.
 """
@@ -42,6 +48,9 @@ FP32_ONCHIP = 8192
 # Long-row kernels: the chunk a stats program reads per step, and the column kernel's tile.
 STATS_BLOCK = 2048
 COL_BLOCK_M, COL_BLOCK_N = 8, 256
+# The partial-sum kernel's tile: 32 fp32 columns are one 128-byte line of a partials row, and
+# enough column blocks to cover the SMs at N >= 4096.
+SUM_BLOCK_P, SUM_BLOCK_N = 64, 32
 
 
 # ----------------------------------------------------------------------------------------------
@@ -49,33 +58,80 @@ COL_BLOCK_M, COL_BLOCK_N = 8, 256
 
 
 @triton.jit
+def _sum2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _sum4(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+
+
+@triton.jit
+def _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER: tl.constexpr):
+    # x and dy in their own dtype (a prefetched row then holds half the registers for 2-byte
+    # inputs), and the shift k: the row's first element for LayerNorm, 0 for RMSNorm.  Rows past
+    # M load nothing (x = dy = 0 add nothing to dw, db).
+    mask = cols < tl.where(row < M, N, 0)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0)
+    if CENTER:
+        k = tl.load(x_ptr + row * stride_x, mask=row < M, other=0.0).to(tl.float32)
+    else:
+        k = tl.full([], 0.0, tl.float32)
+    return x, dy, k
+
+
+@triton.jit
 def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x, stride_dh,
                  stride_dx, eps, rows_per_program, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
+                 PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Each program walks its block of rows, a whole row in registers at a time.  A row's sums
+    # are taken in one reduction (a tuple reduce: one cross-warp round through shared memory
+    # rather than one per sum), over d = x - k with k the row's first element, so that a large
+    # mean neither costs the sums their low bits nor cancels the variance away.  With PREFETCH
+    # the next row's loads are issued before this row's reduction, so that memory stays busy
+    # while the warps wait on each other.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    if not PREFETCH:
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], tl.float32)
     db = tl.zeros([BLOCK_N], tl.float32)
     first = pid * rows_per_program
+    if PREFETCH:
+        x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, first.to(tl.int64), M, N, stride_dy, stride_x, cols,
+                                            CENTER)
     for i in tl.range(0, rows_per_program):
         row = (first + i).to(tl.int64)
-        # rows past M load nothing (x = dy = 0 add nothing to dw, db) and store nothing
         mask = cols < tl.where(row < M, N, 0)
-        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-        if CENTER:  # two-pass statistics of the row in registers
-            xc = tl.where(mask, x - tl.sum(x, 0) / N, 0.0)
+        if PREFETCH:
+            x_in, dy_in, k = x_next, dy_next, k_next
+            x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, row + 1, tl.minimum(M, first + rows_per_program),
+                                                N, stride_dy, stride_x, cols, CENTER)
         else:
-            xc = x
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 0) / N + eps)
-        xhat = xc * rstd
+            x_in, dy_in, k = _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER)
+        if PREFETCH:  # the weight read again each row (from cache): its registers hold the next row
+            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        x = x_in.to(tl.float32)
+        dy = dy_in.to(tl.float32)
         g = dy * w
-        dx = g - xhat * (tl.sum(g * xhat, 0) / N)
         if CENTER:
-            dx -= tl.sum(g, 0) / N
-        dx *= rstd
+            d = tl.where(mask, x - k, 0.0)
+            s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, _sum4)
+            mean_d = s_d / N
+            mean_g = s_g / N
+            rstd = 1.0 / tl.sqrt(tl.maximum(s_dd / N - mean_d * mean_d, 0.0) + eps)
+            xhat = (d - mean_d) * rstd
+            # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
+            c1 = rstd * (s_gd / N - mean_d * mean_g)
+            dx = rstd * (g - mean_g - xhat * c1)
+        else:
+            s_xx, s_gx = tl.reduce((x * x, g * x), 0, _sum2)
+            rstd = 1.0 / tl.sqrt(s_xx / N + eps)
+            xhat = x * rstd
+            dx = rstd * (g - xhat * (rstd * s_gx / N))
         if HAS_DH:
             dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -176,6 +232,32 @@ def _columns_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, db_
 
 
 # ----------------------------------------------------------------------------------------------
+# the weight's gradients
+
+
+@triton.jit
+def _sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, P, N, HAS_DB: tl.constexpr,
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    # dw (and db) = the [P, N] fp32 partials summed over P, written in the weight's dtype: one
+    # launch for both, where torch takes a sum and a cast for each.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok_n = cols < N
+    r = tl.arange(0, BLOCK_P)
+    acc_w = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+    acc_b = tl.zeros([BLOCK_P, BLOCK_N], tl.float32)
+    for start in tl.range(0, P, BLOCK_P):
+        rows = start + r
+        mask = (rows < P)[:, None] & ok_n[None, :]
+        offs = rows[:, None].to(tl.int64) * N + cols[None, :]
+        acc_w += tl.load(dw_part_ptr + offs, mask=mask, other=0.0)
+        if HAS_DB:
+            acc_b += tl.load(db_part_ptr + offs, mask=mask, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(acc_w, 0).to(dw_ptr.dtype.element_ty), mask=ok_n)
+    if HAS_DB:
+        tl.store(db_ptr + cols, tl.sum(acc_b, 0).to(db_ptr.dtype.element_ty), mask=ok_n)
+
+
+# ----------------------------------------------------------------------------------------------
 # launchers
 
 
@@ -186,7 +268,7 @@ def _programs(device, wanted: int | None, limit: int, per_sm: int = 4) -> int:
     return max(1, min(wanted, limit))
 
 
-def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
+def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None, prefetch: bool):
     M, N = x.shape
     # Two programs per SM, each holding about 32 (2-byte inputs) or 16 (fp32) of a row's columns
     # per thread: within 1.5% of the best of 1-8 programs per SM x 4-32 warps at every shape
@@ -199,12 +281,12 @@ def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | Non
     per_thread = 32 if x.element_size() <= 2 else 16
     kernel = _rows_kernel[(programs,)](
         dy, x, w, dh, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0), eps,
-        triton.cdiv(M, programs), CENTER=center, HAS_DH=dh is not dy, BLOCK_N=block_n,
+        triton.cdiv(M, programs), CENTER=center, HAS_DH=dh is not dy, PREFETCH=prefetch, BLOCK_N=block_n,
         num_warps=plans.num_warps_for(block_n, per_thread=per_thread, lo=4, hi=16))
     return (dw, db if center else None), (kernel,)
 
 
-def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
+def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None, prefetch: bool):
     M, N = x.shape
     stats = torch.empty((M, 4), dtype=torch.float32, device=x.device)
     block = min(STATS_BLOCK, triton.next_power_of_2(N))
@@ -225,17 +307,29 @@ def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int 
     return (dw, db if center else None), (k1, k2)
 
 
+def _sum_partials(dw, db, dtype):
+    # (dw, db or None) in `dtype` from their [programs, N] fp32 partials, and the kernel launched
+    P, N = dw.shape
+    out_w = torch.empty(N, dtype=dtype, device=dw.device)
+    out_b = None if db is None else torch.empty(N, dtype=dtype, device=dw.device)
+    kernel = _sum_partials_kernel[(triton.cdiv(N, SUM_BLOCK_N),)](
+        dw, dw if db is None else db, out_w, out_w if db is None else out_b, P, N, HAS_DB=db is not None,
+        BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4)
+    return (out_w, out_b), kernel
+
+
 def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     # kernels index columns with stride 1 and take the row stride
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
-                  programs: int | None = None, kernels: list | None = None):
+                  programs: int | None = None, prefetch: bool = False, kernels: list | None = None):
     """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
     given dy; with dh, dx also carries it.  Rows longer than `max_onchip` take the long-row
-    kernels.  `programs` sets how many programs share the rows (tests), `kernels` collects the
-    compiled kernels launched (a GPU test reads their spill counts)."""
+    kernels.  `programs` sets how many programs share the rows (tests), `prefetch` whether rows on
+    chip load the next row ahead (module docstring), `kernels` collects the compiled kernels
+    launched (a GPU test reads their spill counts)."""
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
@@ -247,10 +341,11 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         return dx, zero, zero.clone() if center else None
     onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP)
     launch = _launch_rows if N <= onchip else _launch_long_rows
-    (dw, db), launched = launch(dy, x, w, dh, dx, center, eps, programs)
+    (dw, db), launched = launch(dy, x, w, dh, dx, center, eps, programs, prefetch)
+    (dw, db), summed = _sum_partials(dw, db, weight.dtype)
     if kernels is not None:
-        kernels.extend(launched)
-    return dx, dw.sum(0).to(weight.dtype), None if db is None else db.sum(0).to(weight.dtype)
+        kernels.extend((*launched, summed))
+    return dx, dw, db
 
 
 def layernorm_backward(dy, x, weight, max_onchip: int = plans.MAX_ONCHIP, programs: int | None = None):

@@ -49,6 +49,46 @@ def test_layernorm_backward_partials_over_programs(programs):
             close(a, b, tol=1e-4)
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
+def test_norm_backward_rows_on_chip_variants(center, prefetch):
+    # rows with a mean of 1000 and a spread of 1: sums of x and x^2 in fp32 would lose the
+    # variance, sums of x - (the row's first element) keep it; 3 programs over 7 rows, so the
+    # last program has rows past M and a prefetch runs past each program's block
+    M, N = 7, 301
+    g = torch.Generator().manual_seed(N)
+    x = torch.randn(M, N, generator=g) + 1000
+    w, b, dy, dh = (torch.randn(N, generator=g), torch.randn(N, generator=g), torch.randn(M, N, generator=g),
+                    torch.randn(M, N, generator=g))
+    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, programs=3, prefetch=prefetch)
+    if center:
+        ref = lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5)  # noqa: E731
+        _, want = grads(ref, (x.double(), w.double(), b.double()), dy.double())
+    else:
+        _, want = grads(lambda a, c: F.rms_norm(a, (N,), c, 1e-5), (x.double(), w.double()), dy.double())
+    close(got[0], want[0] + dh.double(), tol=1e-4)
+    for a, r in zip(got[1:], want[1:]):
+        close(a, r, tol=1e-4)
+    assert (got[2] is None) == (not center)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_db", [True, False])
+def test_weight_gradient_partials_summed_in_one_kernel(dtype, with_db):
+    # 70 partial rows: a full block of SUM_BLOCK_P and a ragged one; 45 columns: a ragged block
+    g = torch.Generator().manual_seed(70)
+    dw, db = torch.randn(70, 45, generator=g), torch.randn(70, 45, generator=g)
+    (gw, gb), _ = klnb._sum_partials(dw, db if with_db else None, dtype)
+    assert gw.dtype == dtype and gw.shape == (45,)
+    # bf16: within one rounding of the float64 sum (torch's default bf16 tolerance)
+    tol = {} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(gw, dw.double().sum(0).to(dtype), **tol)
+    if with_db:
+        torch.testing.assert_close(gb, db.double().sum(0).to(dtype), **tol)
+    else:
+        assert gb is None
+
+
 def test_layernorm_autograd_gives_every_gradient():
     N = 40
     x, w, b, dy = torch.randn(6, N), torch.randn(N), torch.randn(N), torch.randn(6, N)
