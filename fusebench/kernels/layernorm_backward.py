@@ -16,8 +16,10 @@ Two variants, chosen by row length (as the forwards' plans are):
   kept in registers across its rows and written once ([programs, N] fp32), as Liger-Kernel's
   LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
   taken in one reduction, so the warps meet once per row.  With `prefetch` the next row's loads
-  are issued before this row's reduction; it costs the next row's registers and spills at the
-  launcher's warps (ptxas for sm_90 at 4096-16384 columns), so it is off unless asked for.  At
+  are issued before this row's reduction, so that DRAM stays busy while the warps meet; it costs
+  the next row's registers.  It is on by default for 2-byte inputs up to PREFETCH_MAX_N columns
+  (4-12% faster on an H100 at 4096-8192 columns) and off otherwise (fp32 rows gain nothing, and
+  16384 bf16 columns spill: 2-8x slower; docs/kernels.md).  At
   16384 columns the kernel spills, and is still 2.0-2.3x faster than the long-row kernels for
   bf16 inputs; for fp32 inputs the long-row kernels are as fast or faster there (1.0-1.6x), so
   fp32 rows go on chip up to FP32_ONCHIP columns (docs/kernels.md).
@@ -43,8 +45,9 @@ from fusebench.kernels.device import num_sms
 from fusebench.kernels.norms import layernorm_run
 
 LAYERNORM_EPS = 1e-5
-# The longest fp32 rows held on chip (module docstring).
+# The longest fp32 rows held on chip, and the longest 2-byte rows that prefetch (module docstring).
 FP32_ONCHIP = 8192
+PREFETCH_MAX_N = 8192
 # Long-row kernels: the chunk a stats program reads per step, and the column kernel's tile.
 STATS_BLOCK = 2048
 COL_BLOCK_M, COL_BLOCK_N = 8, 256
@@ -324,12 +327,12 @@ def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
 
 
 def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
-                  programs: int | None = None, prefetch: bool = False, kernels: list | None = None):
+                  programs: int | None = None, prefetch: bool | None = None, kernels: list | None = None):
     """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
     given dy; with dh, dx also carries it.  Rows longer than `max_onchip` take the long-row
     kernels.  `programs` sets how many programs share the rows (tests), `prefetch` whether rows on
-    chip load the next row ahead (module docstring), `kernels` collects the compiled kernels
-    launched (a GPU test reads their spill counts)."""
+    chip load the next row ahead (None: by dtype and row length, module docstring), `kernels`
+    collects the compiled kernels launched (a GPU test reads their spill counts)."""
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
@@ -341,6 +344,8 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         return dx, zero, zero.clone() if center else None
     onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP)
     launch = _launch_rows if N <= onchip else _launch_long_rows
+    if prefetch is None:
+        prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
     (dw, db), launched = launch(dy, x, w, dh, dx, center, eps, programs, prefetch)
     (dw, db), summed = _sum_partials(dw, db, weight.dtype)
     if kernels is not None:
