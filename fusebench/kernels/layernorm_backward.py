@@ -50,7 +50,11 @@ FP32_ONCHIP = 8192
 PREFETCH_MAX_N = 8192
 # Long-row kernels: the chunk a stats program reads per step, and the column kernel's tile.
 STATS_BLOCK = 2048
+# Its tile for 2-byte inputs is 4 x 1024: a thread then holds its columns' 4 rows itself, so the
+# per-step dw and db sums need no exchange between warps (3.4-4.3x faster than 8 x 256 on an H100
+# at 128 and 1024 x 65536 bf16; for fp32 inputs the tiles measured are within 4% of each other).
 COL_BLOCK_M, COL_BLOCK_N = 8, 256
+COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE = 4, 1024
 # The partial-sum kernel's tile: 32 fp32 columns are one 128-byte line of a partials row, and
 # enough column blocks to cover the SMs at N >= 4096.
 SUM_BLOCK_P, SUM_BLOCK_N = 64, 32
@@ -295,18 +299,19 @@ def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int 
     block = min(STATS_BLOCK, triton.next_power_of_2(N))
     k1 = _row_stats_kernel[(M,)](dy, x, w, stats, N, dy.stride(0), x.stride(0), eps, CENTER=center, BLOCK_N=block,
                                  num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=8))
-    col_blocks = triton.cdiv(N, COL_BLOCK_N)
+    bm, bn = (COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE) if x.element_size() <= 2 else (COL_BLOCK_M, COL_BLOCK_N)
+    col_blocks = triton.cdiv(N, bn)
     wanted = None if programs is None else triton.cdiv(programs, col_blocks)
     if wanted is None and x.device.type == "cuda":
         wanted = triton.cdiv(4 * num_sms(x.device), col_blocks)
-    groups = _programs(x.device, wanted, triton.cdiv(M, COL_BLOCK_M))
-    rows_per_group = triton.cdiv(triton.cdiv(M, groups), COL_BLOCK_M) * COL_BLOCK_M
+    groups = _programs(x.device, wanted, triton.cdiv(M, bm))
+    rows_per_group = triton.cdiv(triton.cdiv(M, groups), bm) * bm
     groups = triton.cdiv(M, rows_per_group)
     dw = torch.empty((groups, N), dtype=torch.float32, device=x.device)
     db = torch.empty((groups, N), dtype=torch.float32, device=x.device) if center else dw
     k2 = _columns_kernel[(col_blocks, groups)](
         dy, x, w, dh, stats, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0),
-        rows_per_group, CENTER=center, HAS_DH=dh is not dy, BLOCK_M=COL_BLOCK_M, BLOCK_N=COL_BLOCK_N, num_warps=4)
+        rows_per_group, CENTER=center, HAS_DH=dh is not dy, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     return (dw, db if center else None), (k1, k2)
 
 
