@@ -11,7 +11,8 @@ Nothing is saved by the forward but its inputs: each row's mean and rstd are rec
 
 Two variants, chosen by row length (as the forwards' plans are):
 
-* Rows on chip (N <= max_onchip, and N <= FP32_ONCHIP for 4-byte inputs): each program takes a
+* Rows on chip (N <= max_onchip, and for 4-byte inputs N <= FP32_ONCHIP, or FP32_ONCHIP_RMS for
+  RMSNorm): each program takes a
   contiguous block of rows, one row at a time held whole in registers, with its partial dw and db
   kept in registers across its rows and written once ([programs, N] fp32), as Liger-Kernel's
   LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
@@ -19,10 +20,10 @@ Two variants, chosen by row length (as the forwards' plans are):
   are issued before this row's reduction, so that DRAM stays busy while the warps meet; it costs
   the next row's registers.  It is on by default for 2-byte inputs up to PREFETCH_MAX_N columns
   (4-12% faster on an H100 at 4096-8192 columns) and off otherwise (fp32 rows gain nothing, and
-  16384 bf16 columns spill: 2-8x slower; docs/kernels.md).  At
-  16384 columns the kernel spills, and is still 2.0-2.3x faster than the long-row kernels for
-  bf16 inputs; for fp32 inputs the long-row kernels are as fast or faster there (1.0-1.6x), so
-  fp32 rows go on chip up to FP32_ONCHIP columns (docs/kernels.md).
+  16384 bf16 columns spill: 2-8x slower; docs/kernels.md).  At 16384 columns the kernel spills
+  and runs one program per SM, and is still faster than the long-row kernels for bf16 inputs and
+  for fp32 RMSNorm (725 against 911 µs at fp32 8192x16384 on an H100); fp32 LayerNorm rows of
+  16384 gain 3% on chip, and stay with the long-row kernels (docs/kernels.md).
 * Long rows: the row is walked in chunks by two kernels.  `_row_stats`
   takes one row per program and writes its four scalars (mean, rstd, mean(g * x-hat), mean(g));
   `_columns` takes a block of columns over a group of rows, writes dx from those scalars and sums
@@ -46,10 +47,15 @@ from fusebench.kernels.norms import layernorm_run
 
 LAYERNORM_EPS = 1e-5
 # The longest fp32 rows held on chip, and the longest 2-byte rows that prefetch (module docstring).
-FP32_ONCHIP = 8192
+FP32_ONCHIP, FP32_ONCHIP_RMS = 8192, 16384
 PREFETCH_MAX_N = 8192
-# Long-row kernels: the chunk a stats program reads per step, and the column kernel's tile.
-STATS_BLOCK = 2048
+# Long-row kernels: the chunk a stats program reads per step and its warps, and the column
+# kernel's tile.  With no more rows than SMs (a program per row, at most one an SM) each program
+# needs more loads in flight: 8192 columns a step over 16 warps (bf16 128x65536: 24.6 against
+# 31.5 µs, fp32 35.4 against 51.3 µs on an H100); with more rows 2048 over 8 warps is as fast or
+# faster (bf16 1024x65536: 105 against 122 µs).
+STATS_BLOCK, STATS_WARPS = 2048, 8
+STATS_BLOCK_FEW_ROWS, STATS_WARPS_FEW_ROWS = 8192, 16
 # Its tile for 2-byte inputs is 4 x 1024: a thread then holds its columns' 4 rows itself, so the
 # per-step dw and db sums need no exchange between warps (3.4-4.3x faster than 8 x 256 on an H100
 # at 128 and 1024 x 65536 bf16; for fp32 inputs the tiles measured are within 4% of each other).
@@ -280,8 +286,9 @@ def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | Non
     # Two programs per SM, each holding about 32 (2-byte inputs) or 16 (fp32) of a row's columns
     # per thread: within 1.5% of the best of 1-8 programs per SM x 4-32 warps at every shape
     # measured, and up to 2.4x faster than one program per SM-quarter with 8 columns a thread
-    # (docs/kernels.md).
-    programs = _programs(x.device, programs, M, per_sm=2)
+    # (docs/kernels.md).  Rows of more than 8192 columns spill; one program per SM then spills
+    # into less traffic (2-4% faster at 16384 columns).
+    programs = _programs(x.device, programs, M, per_sm=2 if N <= 8192 else 1)
     dw = torch.empty((programs, N), dtype=torch.float32, device=x.device)
     db = torch.empty((programs, N), dtype=torch.float32, device=x.device) if center else dw
     block_n = triton.next_power_of_2(N)
@@ -296,9 +303,11 @@ def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | Non
 def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None, prefetch: bool):
     M, N = x.shape
     stats = torch.empty((M, 4), dtype=torch.float32, device=x.device)
-    block = min(STATS_BLOCK, triton.next_power_of_2(N))
+    few_rows = x.device.type == "cuda" and M <= num_sms(x.device)
+    block, warps = (STATS_BLOCK_FEW_ROWS, STATS_WARPS_FEW_ROWS) if few_rows else (STATS_BLOCK, STATS_WARPS)
+    block = min(block, triton.next_power_of_2(N))
     k1 = _row_stats_kernel[(M,)](dy, x, w, stats, N, dy.stride(0), x.stride(0), eps, CENTER=center, BLOCK_N=block,
-                                 num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=8))
+                                 num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=warps))
     bm, bn = (COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE) if x.element_size() <= 2 else (COL_BLOCK_M, COL_BLOCK_N)
     col_blocks = triton.cdiv(N, bn)
     wanted = None if programs is None else triton.cdiv(programs, col_blocks)
@@ -347,7 +356,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     if M == 0 or N == 0:
         zero = torch.zeros_like(weight)
         return dx, zero, zero.clone() if center else None
-    onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP)
+    onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP if center else FP32_ONCHIP_RMS)
     launch = _launch_rows if N <= onchip else _launch_long_rows
     if prefetch is None:
         prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N

@@ -169,8 +169,8 @@ def test_cross_entropy_chunks_rescale_the_running_sum(monkeypatch):
 @pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norm_backward_kernels_spill_only_where_measured_faster(N, center, dtype):
-    # rows on chip spill at 16384 columns, where they are still faster for bf16 rows (module
-    # docstring); every other kernel, the partial sums' included, does not spill
+    # rows on chip spill at 16384 columns, where they are still faster for bf16 rows and fp32
+    # RMSNorm rows (module docstring); every other kernel, the partial sums' included, does not spill
     from fusebench.kernels.layernorm_backward import norm_backward
 
     x = torch.randn(256, N, device="cuda", dtype=dtype)
@@ -179,5 +179,5 @@ def test_norm_backward_kernels_spill_only_where_measured_faster(N, center, dtype
     norm_backward(dy, x, w, center=center, eps=1e-5, kernels=kernels)
     spilled = [(k.name, k.n_spills) for k in kernels if k.n_spills]
     onchip = [k.name for k in kernels] == ["_rows_kernel", "_sum_partials_kernel"]
-    assert kernels and (spilled == [] or (N == 16384 and dtype == torch.bfloat16 and onchip
+    assert kernels and (spilled == [] or (N == 16384 and (dtype == torch.bfloat16 or not center) and onchip
                                           and [name for name, _ in spilled] == ["_rows_kernel"])), spilled
