@@ -1,5 +1,5 @@
 """Cases for the Ray backend's tests: some measure fine, one kills its process for one shape, one
-hangs.  The cases' inputs append "case pid" to $FUSEBENCH_RAY_PIDS (when set), so a test can see
+hangs.  The cases' inputs append "shape pid" to $FUSEBENCH_RAY_PIDS (when set), so a test can see
 which actor process measured what."""
 import os
 import time
@@ -11,7 +11,7 @@ def x(shape, dtype, device, seed):
     log = os.environ.get("FUSEBENCH_RAY_PIDS")
     if log:
         with open(log, "a") as f:
-            f.write(f"{shape[1]} {os.getpid()}\n")
+            f.write(f"{shape[0]}x{shape[1]} {os.getpid()}\n")
     return (fusebench.randn(shape, dtype, device, seed),)
 
 
