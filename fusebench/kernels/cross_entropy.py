@@ -1,21 +1,25 @@
-"""Cross-entropy over a large vocabulary: the loss and the logits' gradient in one kernel.
+"""Cross-entropy over a large vocabulary: the loss in one pass over the logits, the gradient in one more.
 
-One program per row (token).  Its first pass walks the row in BLOCK_N-column chunks keeping the
-online logsumexp: the running max m and the sum s of exp(x - m), both scalars, s rescaled by
+Forward: one program per row (token) walks the row in BLOCK_N-column chunks keeping the online
+logsumexp: the running max m and the sum s of exp(x - m), both scalars, s rescaled by
 exp(m_old - m) when a chunk raises m, so a 256K-column row is never held whole and each logit
-costs one exp (per-lane maxima would cost two, and at bf16 logits that pass is as near the
-exp units' rate as the memory's).  loss = lse - x[target].  When the logits need a gradient, a
-second pass over the same row (just read: mostly from L2) writes
-    dlogits = (softmax(x) - onehot(target)) / M = (exp(x - lse) - [col == target]) / M
-which is the gradient of the mean loss for an incoming gradient of 1: the forward writes the
-gradient in the same kernel that computes the loss, as Liger-Kernel does, and the logits need
-not be kept for the backward.  The backward multiplies it by the incoming gradient (a scalar read
-on the device: no host synchronisation), into a new tensor so that the graph can be run again.
+costs one exp (per-lane maxima would cost two, and at bf16 logits that pass is as near the exp
+units' rate as the memory's).  loss = lse - x[target]; when the logits need a gradient the row's
+lse is stored too (M floats), and the logits are kept for the backward (a reference to the
+input, not a copy).
 
-A chunk is 4096 columns over 8 warps: 16 logits a thread, with the scalars the only state
-carried across chunks, whatever the vocabulary.
+Backward: one program per (row, block of GRAD_BLOCK_N columns) writes
+    dlogits = (softmax(x) - onehot(target)) * dloss / M = (exp(x - lse) - [col == target]) * dloss / M
+reading the incoming gradient dloss on the device (no host synchronisation).  Writing the gradient
+in the forward instead (Liger-Kernel's way) moves the logits' size once more in forward plus
+backward (the forward writes it, the backward scales it) and keeps it alive from the forward on:
+on an H100 the fused form was 9-27% slower than Inductor's in fwd_bwd, with twice its peak memory
+(docs/kernels.md).  This way a training step moves 3 logits-sized tensors (read, read, write), as
+Inductor's does, and holds one gradient.
 
-The per-row losses (fp32) are averaged by torch (M values).
+A forward chunk is 4096 columns over 8 warps: 16 logits a thread, with the scalars the only
+state carried across chunks, whatever the vocabulary.  The per-row losses (fp32) are averaged by
+torch (M values).
 
 A call is one lookup of the launch kept for its operands' key (launch.signature), the allocations,
 the launch and the mean; a new key checks the operands (logits whose columns are strided, or
@@ -32,20 +36,21 @@ from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
 BLOCK_N = 4096
+# The backward's block of a row: 16 logits a thread over 4 warps.
+GRAD_BLOCK_N = 2048
 
 
 @triton.jit
-def _ce_kernel(x_ptr, t_ptr, loss_ptr, grad_ptr, N, stride_x, stride_g, inv_m, WITH_GRAD: tl.constexpr,
-               BLOCK_N: tl.constexpr):
+def _ce_kernel(x_ptr, t_ptr, loss_ptr, lse_ptr, N, stride_x, WITH_LSE: tl.constexpr, BLOCK_N: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     c = tl.arange(0, BLOCK_N)
-    # pass 1: online logsumexp, one chunk's max and sum of exponentials at a time
+    # online logsumexp, one chunk's max and sum of exponentials at a time
     m = tl.full([], float("-inf"), tl.float32)
     s = tl.zeros([], tl.float32)
     for start in tl.range(0, N, BLOCK_N):
         cols = start + c
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
+        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, 0))  # finite: every chunk holds at least one logit
         s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
         m = m_new
@@ -53,56 +58,75 @@ def _ce_kernel(x_ptr, t_ptr, loss_ptr, grad_ptr, N, stride_x, stride_g, inv_m, W
     target = tl.load(t_ptr + row)
     x_t = tl.load(x_row + target).to(tl.float32)
     tl.store(loss_ptr + row, lse - x_t)
-    if WITH_GRAD:
-        g_row = grad_ptr + row * stride_g
-        for start in tl.range(0, N, BLOCK_N):
-            cols = start + c
-            x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            g = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * inv_m
-            tl.store(g_row + cols, g.to(g_row.dtype.element_ty), mask=cols < N)
+    if WITH_LSE:
+        tl.store(lse_ptr + row, lse)
 
 
 @triton.jit
-def _scale_kernel(g_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    scale = tl.load(s_ptr).to(tl.float32)
-    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offs, (g * scale).to(out_ptr.dtype.element_ty), mask=mask)
+def _ce_grad_kernel(x_ptr, t_ptr, lse_ptr, dloss_ptr, g_ptr, N, stride_x, stride_g, inv_m, BLOCK_N: tl.constexpr):
+    # program (row, column block): that block of the row's gradient
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    lse = tl.load(lse_ptr + row)
+    target = tl.load(t_ptr + row)
+    scale = tl.load(dloss_ptr).to(tl.float32) * inv_m
+    g = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale
+    tl.store(g_ptr + row * stride_g + cols, g.to(g_ptr.dtype.element_ty), mask=mask)
 
 
 class _Launcher:
-    """A key's launch (None: no rows), its arguments after the pointers, and the outputs' shapes."""
+    """A key's forward launch (None: no rows), its arguments after the pointers, and the rows."""
 
-    __slots__ = ("launch", "rest", "rows", "shape", "stride")
+    __slots__ = ("launch", "rest", "rows")
 
-    def __init__(self, x: torch.Tensor, with_grad: bool):
+    def __init__(self, x: torch.Tensor, with_lse: bool):
         M, N = x.shape
-        self.rows, self.shape, self.stride = (M,), (M, N), (N, 1)
+        self.rows = (M,)
         block_n = min(BLOCK_N, triton.next_power_of_2(N))
-        self.launch = Launch(_ce_kernel, (M,), dict(WITH_GRAD=with_grad, BLOCK_N=block_n, num_warps=plans.num_warps_for(
+        self.launch = Launch(_ce_kernel, (M,), dict(WITH_LSE=with_lse, BLOCK_N=block_n, num_warps=plans.num_warps_for(
             block_n, per_thread=16, lo=1, hi=8))) if M else None
-        self.rest = (N, x.stride(0), N if with_grad else 0, 1.0 / M if M else 0.0)
+        self.rest = (N, x.stride(0))
 
 
-# (with_grad, the signature of logits and targets) -> its _Launcher
+class _GradLauncher:
+    """A key's backward launch (None: nothing to write), its arguments after the pointers, and the
+    gradient's shape and strides."""
+
+    __slots__ = ("launch", "rest", "shape", "stride")
+
+    def __init__(self, x: torch.Tensor):
+        M, N = x.shape
+        self.shape, self.stride = (M, N), (N, 1)
+        block_n = min(GRAD_BLOCK_N, triton.next_power_of_2(N))
+        self.launch = Launch(_ce_grad_kernel, (M, triton.cdiv(N, block_n)), dict(
+            BLOCK_N=block_n, num_warps=plans.num_warps_for(block_n, per_thread=16, lo=1, hi=4))) if M * N else None
+        self.rest = (N, x.stride(0), N, 1.0 / M if M else 0.0)
+
+
+# (with_lse, the signature of logits and targets) -> its _Launcher; the signature of logits,
+# targets and lse -> its _GradLauncher
 _LAUNCHERS: dict[tuple, _Launcher] = {}
+_GRAD_LAUNCHERS: dict[tuple, _GradLauncher] = {}
 
 
-def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_grad: bool = False):
-    """(mean loss in the logits' dtype, the logits' gradient for an incoming gradient of 1, or None)."""
-    f = _LAUNCHERS.get((with_grad, signature(logits, targets)))
+def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_lse: bool = False):
+    """(mean loss in the logits' dtype, each row's logsumexp in fp32 or None), and the logits and
+    targets the kernel read (contiguous copies where the given ones are not: the backward reads
+    those)."""
+    f = _LAUNCHERS.get((with_lse, signature(logits, targets)))
     if f is None:
-        return _miss(logits, targets, with_grad)
+        return _miss(logits, targets, with_lse)
     losses = logits.new_empty_strided(f.rows, (1,), dtype=torch.float32)
-    grad = logits.new_empty_strided(f.shape, f.stride) if with_grad else None
+    lse = logits.new_empty_strided(f.rows, (1,), dtype=torch.float32) if with_lse else None
     if f.launch is not None:
-        f.launch(logits, targets, losses, grad if with_grad else logits, *f.rest)
+        f.launch(logits, targets, losses, lse if with_lse else losses, *f.rest)
     # the mean over rows in fp32, rounded once to the logits' dtype (as F.cross_entropy returns it)
-    return losses.mean().to(logits.dtype), grad
+    return losses.mean().to(logits.dtype), lse, logits, targets
 
 
-def _miss(logits, targets, with_grad):
+def _miss(logits, targets, with_lse):
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"logits must be (rows, vocab) and targets (rows,), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
@@ -111,40 +135,45 @@ def _miss(logits, targets, with_grad):
         x = x.contiguous()
     t = targets.contiguous()
     if x is not logits or t is not targets:
-        return cross_entropy_forward(x, t, with_grad)
-    _LAUNCHERS[(with_grad, signature(logits, targets))] = _Launcher(x, with_grad)
-    return cross_entropy_forward(logits, targets, with_grad)
+        return cross_entropy_forward(x, t, with_lse)
+    _LAUNCHERS[(with_lse, signature(logits, targets))] = _Launcher(x, with_lse)
+    return cross_entropy_forward(logits, targets, with_lse)
 
 
-def scale(grad: torch.Tensor, by: torch.Tensor) -> torch.Tensor:
-    """grad * by (a one-element tensor), read on the device, into a new tensor."""
-    out = torch.empty_like(grad)
-    n = grad.numel()
-    if n:
-        _scale_kernel[(triton.cdiv(n, 1024),)](grad, by.reshape(1), out, n, BLOCK=1024, num_warps=4)
-    return out
+def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
+                           dloss: torch.Tensor) -> torch.Tensor:
+    """The logits' gradient of the mean loss for an incoming gradient dloss (a one-element tensor,
+    read on the device), from the forward's logits, targets and lse (cross_entropy_forward's)."""
+    key = signature(logits, targets, lse)
+    f = _GRAD_LAUNCHERS.get(key)
+    if f is None:
+        f = _GRAD_LAUNCHERS[key] = _GradLauncher(logits)
+    grad = logits.new_empty_strided(f.shape, f.stride)
+    if f.launch is not None:
+        f.launch(logits, targets, lse, dloss.reshape(1), grad, *f.rest)
+    return grad
 
 
 class CrossEntropy(torch.autograd.Function):
-    """Forward: the loss and, when the logits need a gradient, that gradient (saved; the logits
-    are not).  Backward: the saved gradient times the incoming one."""
+    """Forward: the loss, and when the logits need a gradient each row's lse (saved with the
+    logits and targets).  Backward: the gradient from those and the incoming one."""
 
     @staticmethod
     def forward(ctx, logits, targets):
-        loss, grad = cross_entropy_forward(logits, targets, with_grad=ctx.needs_input_grad[0])
-        ctx.save_for_backward(grad)
+        loss, lse, x, t = cross_entropy_forward(logits, targets, with_lse=ctx.needs_input_grad[0])
+        ctx.save_for_backward(x, t, lse)
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
-        (grad,) = ctx.saved_tensors
-        return scale(grad, dloss), None
+        x, t, lse = ctx.saved_tensors
+        return cross_entropy_backward(x, t, lse, dloss), None
 
 
 def cross_entropy_impl(logits, targets):
     return cross_entropy_forward(logits, targets)[0]
 
 
-triton_kernel("cross_entropy", describe=lambda shape, dtype: "online logsumexp; the gradient written by the "
-              "forward (the backward scales it)", autograd=lambda logits, targets: CrossEntropy.apply(logits, targets)
+triton_kernel("cross_entropy", describe=lambda shape, dtype: "online logsumexp; the backward "
+              "recomputes the softmax from the saved lse", autograd=lambda logits, targets: CrossEntropy.apply(logits, targets)
               )(cross_entropy_impl)

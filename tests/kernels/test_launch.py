@@ -285,10 +285,13 @@ def test_swiglu_and_cross_entropy_keep_one_launcher_per_key(monkeypatch):
     with pytest.raises(ValueError, match="differ"):
         kswiglu.swiglu_forward(a, b[:2])
     logits, targets = torch.randn(4, 70), torch.randint(0, 70, (4,))
+    monkeypatch.setattr(kce, "_GRAD_LAUNCHERS", {})
     for _ in range(2):
-        loss, grad = kce.cross_entropy_forward(logits, targets, with_grad=True)
+        loss, lse, x, t = kce.cross_entropy_forward(logits, targets, with_lse=True)
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, targets))
-    assert len(kce._LAUNCHERS) == 1
+        grad = kce.cross_entropy_backward(x, t, lse, torch.tensor(1.0))
+        torch.testing.assert_close(grad, torch.softmax(logits, 1).sub(torch.nn.functional.one_hot(targets, 70)) / 4)
+    assert len(kce._LAUNCHERS) == 1 and len(kce._GRAD_LAUNCHERS) == 1
     with pytest.raises(ValueError, match="targets"):
         kce.cross_entropy_forward(logits, targets[:3])
 

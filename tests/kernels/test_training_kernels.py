@@ -93,9 +93,11 @@ def test_cross_entropy_loss_and_gradient(shape):
     ref.backward(dloss.double())
     close(loss, ref)
     close(leaf.grad, ref_leaf.grad)
-    # without a gradient wanted, the forward writes none
-    loss2, grad2 = kce.cross_entropy_forward(logits, targets)
-    assert grad2 is None and torch.equal(loss2, loss.detach())
+    # without a gradient wanted, the forward stores no lse; with one, each row's logsumexp
+    loss2, lse2, *_ = kce.cross_entropy_forward(logits, targets)
+    assert lse2 is None and torch.equal(loss2, loss.detach())
+    _, lse3, *_ = kce.cross_entropy_forward(logits, targets, with_lse=True)
+    close(lse3, torch.logsumexp(logits.double(), 1))
 
 
 def test_cross_entropy_backward_can_run_twice_on_one_graph():
