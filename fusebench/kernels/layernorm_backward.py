@@ -12,10 +12,9 @@ Nothing is saved by the forward but its inputs: each row's mean and rstd are rec
 Two variants, chosen by row length (as the forwards' plans are):
 
 * Rows on chip (N <= max_onchip, and for 4-byte inputs N <= FP32_ONCHIP, or FP32_ONCHIP_RMS for
-  RMSNorm): each program takes a
-  contiguous block of rows, one row at a time held whole in registers, with its partial dw and db
-  kept in registers across its rows and written once ([programs, N] fp32), as Liger-Kernel's
-  LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
+  RMSNorm): each program takes a contiguous block of rows, one row at a time held whole in
+  registers, with its partial dw and db kept in registers across its rows and written once
+  ([programs, N] fp32), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
   taken in one reduction, so the warps meet once per row.  With `prefetch` the next row's loads
   are issued before this row's reduction, so that DRAM stays busy while the warps meet; it costs
   the next row's registers.  It is on by default for 2-byte inputs up to PREFETCH_MAX_N columns
@@ -44,6 +43,7 @@ import triton.language as tl
 from fusebench.kernels import plans
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.norms import layernorm_run
+from fusebench.kernels.rowwise import add2, add4
 
 LAYERNORM_EPS = 1e-5
 # The longest fp32 rows held on chip, and the longest 2-byte rows that prefetch (module docstring).
@@ -68,16 +68,6 @@ SUM_BLOCK_P, SUM_BLOCK_N = 64, 32
 
 # ----------------------------------------------------------------------------------------------
 # rows on chip
-
-
-@triton.jit
-def _sum2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
-def _sum4(a0, a1, a2, a3, b0, b1, b2, b3):
-    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
 
 
 @triton.jit
@@ -132,7 +122,7 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
         g = dy * w
         if CENTER:
             d = tl.where(mask, x - k, 0.0)
-            s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, _sum4)
+            s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
             mean_d = s_d / N
             mean_g = s_g / N
             rstd = 1.0 / tl.sqrt(tl.maximum(s_dd / N - mean_d * mean_d, 0.0) + eps)
@@ -141,7 +131,7 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
             c1 = rstd * (s_gd / N - mean_d * mean_g)
             dx = rstd * (g - mean_g - xhat * c1)
         else:
-            s_xx, s_gx = tl.reduce((x * x, g * x), 0, _sum2)
+            s_xx, s_gx = tl.reduce((x * x, g * x), 0, add2)
             rstd = 1.0 / tl.sqrt(s_xx / N + eps)
             xhat = x * rstd
             dx = rstd * (g - xhat * (rstd * s_gx / N))

@@ -25,7 +25,7 @@ import triton.language as tl
 from fusebench.kernels import plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.rowwise import RowOp, load_at, tile_ptrs
+from fusebench.kernels.rowwise import RowOp, add2, load_at, tile_ptrs
 from fusebench.kernels.softmax import _lanes_init, lanes_total, no_params, no_shift
 
 LAYERNORM_EPS = 1e-5
@@ -123,13 +123,8 @@ def _ln_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
 def _ln_coop_stats(chunk, ok, k):
     # published: (sum d, sum d^2), d = x - k, as one reduction (one exchange between warps, not two)
     d = tl.where(ok, chunk[0] - k, 0.0)
-    sum_d, sum_d2 = tl.reduce((d, d * d), 0, _add2)
+    sum_d, sum_d2 = tl.reduce((d, d * d), 0, add2)
     return chunk, 0.0, tl.where(tl.arange(0, 2) == 0, sum_d, sum_d2)
-
-
-@triton.jit
-def _add2(a1, a2, b1, b2):
-    return a1 + b1, a2 + b2
 
 
 @triton.jit

@@ -95,6 +95,17 @@ def tile_ptrs(ptr, row0, r, c, stride_m, stride_n):
     return ptr + row0 * stride_m + r[:, None] * stride_m + c[None, :] * stride_n
 
 
+# tl.reduce's combine for several sums at once: one exchange between warps instead of one a sum
+@triton.jit
+def add2(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
+def add4(a1, a2, a3, a4, b1, b2, b3, b4):
+    return a1 + b1, a2 + b2, a3 + b3, a4 + b4
+
+
 # ----------------------------------------------------------------------------------------------
 # the two passes of a looped row
 

@@ -31,7 +31,7 @@ from fusebench.kernels import plans, rowwise, tuning
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.rowwise import RowOp, load_at, tile_ptrs
+from fusebench.kernels.rowwise import RowOp, add4, load_at, tile_ptrs
 
 # ----------------------------------------------------------------------------------------------
 # steps shared by the three ops
@@ -222,17 +222,12 @@ def _ds_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
 
 
 @triton.jit
-def _add4(a1, a2, a3, a4, b1, b2, b3, b4):
-    return a1 + b1, a2 + b2, a3 + b3, a4 + b4
-
-
-@triton.jit
 def _ds_coop_stats(chunk, ok, k):
     # published: (m_c, P_1 .. P_4, 0, 0, 0) of e = exp(x - m_c), P_k = sum e^k; the four sums as
     # one reduction (one exchange between warps instead of four)
     m_c = tl.max(chunk[0], 0)
     e = tl.exp(chunk[0] - m_c)
-    P1, P2, P3, P4 = tl.reduce(_powers(e), 0, _add4)
+    P1, P2, P3, P4 = tl.reduce(_powers(e), 0, add4)
     i = tl.arange(0, 8)
     stats = tl.where(i == 0, m_c, tl.where(i == 1, P1, tl.where(i == 2, P2, 0.0)))
     return (e,), m_c, tl.where(i == 3, P3, tl.where(i == 4, P4, stats))
