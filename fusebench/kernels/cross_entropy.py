@@ -175,6 +175,6 @@ def cross_entropy_impl(logits, targets):
     return cross_entropy_forward(logits, targets)[0]
 
 
-triton_kernel("cross_entropy", describe=lambda shape, dtype: "online logsumexp; the backward "
-              "recomputes the softmax from the saved lse", autograd=lambda logits, targets: CrossEntropy.apply(logits, targets)
-              )(cross_entropy_impl)
+triton_kernel("cross_entropy",
+              describe=lambda shape, dtype: "online logsumexp; the backward recomputes the softmax from the saved lse",
+              autograd=lambda logits, targets: CrossEntropy.apply(logits, targets))(cross_entropy_impl)

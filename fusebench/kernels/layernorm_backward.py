@@ -14,8 +14,9 @@ Two variants, chosen by row length (as the forwards' plans are):
 * Rows on chip (N <= max_onchip, and for 4-byte inputs N <= FP32_ONCHIP, or FP32_ONCHIP_RMS for
   RMSNorm): each program takes a contiguous block of rows, one row at a time held whole in
   registers, with its partial dw and db kept in registers across its rows and written once
-  ([programs, N] fp32), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
-  taken in one reduction, so the warps meet once per row.  With `prefetch` the next row's loads
+  ([programs, N] fp32), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  A row's sums
+  (four for LayerNorm, two for RMSNorm) are taken in one reduction, so the warps meet once per
+  row.  With `prefetch` the next row's loads
   are issued before this row's reduction, so that DRAM stays busy while the warps meet; it costs
   the next row's registers.  It is on by default for 2-byte inputs up to PREFETCH_MAX_N columns
   (4-12% faster on an H100 at 4096-8192 columns) and off otherwise (fp32 rows gain nothing, and

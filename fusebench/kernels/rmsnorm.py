@@ -6,9 +6,10 @@ one sum of squares per row, so every rowwise plan applies (tile, loop, stream, c
 add_rmsnorm: h = x + residual (rounded to the inputs' dtype, as PyTorch's add is), then
 rmsnorm(h).  Its two inputs are the op's two row inputs; h is written by the tile step, through
 the op's second parameter slot (a pointer to h's contiguous rows), so one read of x and residual
-writes both outputs (rowwise.RowOp.aux_out).  Only tile plans write h, so add_rmsnorm takes tile plans alone: rows up to
-plans.MAX_ONCHIP columns (every hidden size of today's models); longer rows compute h with
-torch.add and normalize it with the rmsnorm op (two passes; the note says so).
+writes both outputs (rowwise.RowOp.aux_out).  Only tile plans write h, so add_rmsnorm takes
+tile plans alone: rows up to plans.MAX_ONCHIP columns (every hidden size of today's models);
+longer rows compute h with torch.add and normalize it with the rmsnorm op (two passes; the note
+says so).
 
 Backward (shared by both, and with LayerNorm's: kernels/layernorm_backward.py): with
 x-hat = x * r and g = dy * w,

@@ -373,8 +373,9 @@ class RowOp:
     `inputs`: row-sized inputs (1 or 2, of one dtype); `n_params`: per-column parameter vectors
     (0 to 2; with one, the kernels get it in both parameter slots); `aux_out`: the op also writes
     a second row-sized output (add_rmsnorm's sum of rows), through the last parameter slot as a
-    pointer to its contiguous rows: run allocates it and returns (it, the output); `stats_k`: the words a cooperative program publishes; `even`: EVEN is passed (the op's plain
-    loop and tile drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
+    pointer to its contiguous rows: run allocates it and returns (it, the output); `stats_k`: the
+    words a cooperative program publishes; `even`: EVEN is passed (the op's plain loop and tile
+    drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
     next step's loads ahead (else it is tl.range's num_stages=1); `holds_params(plan, cap)`:
     whether a cooperative program keeps its parameters in registers across rounds."""
 
