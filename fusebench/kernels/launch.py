@@ -3,7 +3,9 @@
 `jit_fn[grid](*args, **constexprs)` binds and specialises every argument, hashes the result and
 looks the binary up on each call: ~10-40 us of Python for kernels with 20-30 arguments, more
 than the GPU time of a small row-wise kernel.  A `Launch` makes that call once, keeps the compiled
-kernel it returns, and afterwards calls the binary's launcher directly with the new tensors.
+kernel it returns, and afterwards launches the binary directly with the new tensors: through
+cuLaunchKernelEx (cuda_launch.DirectLaunch) where the kernel's parameters allow, else through
+Triton's own launcher.
 
 That is valid only while Triton would pick the same binary, so a caller keeps one `Launch` per
 problem key that fixes everything Triton specialises on: the shapes and strides (every integer
@@ -24,6 +26,7 @@ from typing import Sequence
 
 import torch
 
+from fusebench.kernels import cuda_launch
 from fusebench.kernels import device as dev
 
 
@@ -73,7 +76,8 @@ class Launch:
     num_warps), called with the runtime arguments in signature order.  Runtime arguments must
     come first in the kernel's signature and be passed positionally."""
 
-    __slots__ = ("jit_fn", "grid", "constants", "kernel", "run", "head", "tail", "n_args", "stream_of", "device")
+    __slots__ = ("jit_fn", "grid", "constants", "kernel", "run", "head", "tail", "n_args", "stream_of", "device",
+                 "fast")
 
     def __init__(self, jit_fn, grid: Sequence[int], constants: dict):
         self.jit_fn = jit_fn
@@ -86,13 +90,18 @@ class Launch:
         self.n_args = 0
         self.stream_of = None
         self.device = None
+        self.fast = None  # the direct launch, else Triton's launcher
 
     def __call__(self, *args) -> None:
         if self.run is not None and len(args) == self.n_args and not _hooks_installed():
-            grid = self.grid
-            self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *args, *self.tail)
+            self.fast(*args)
             return
         self._first(args)
+
+    def triton_launch(self, *args) -> None:
+        """The compiled kernel through Triton's launcher."""
+        grid = self.grid
+        self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *args, *self.tail)
 
     def jit(self, *args) -> None:
         """Launch through the JIT and keep nothing: a one-off launch (the tuner's, of each
@@ -119,3 +128,5 @@ class Launch:
         self.head = (compiled.function, compiled.packed_metadata, None, None, None)
         self.tail, self.n_args = tuple(bound[len(args):]), len(args)
         self.stream_of, self.device, self.kernel, self.run = stream_of, device, compiled, run
+        direct = cuda_launch.DirectLaunch.build(compiled, self.grid, len(args), self.triton_launch, stream_of, device)
+        self.fast = direct.call if direct is not None else self.triton_launch

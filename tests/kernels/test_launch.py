@@ -41,6 +41,7 @@ def test_the_second_call_takes_the_compiled_kernel():
     launch(x, x, out, 1000, 1.0)
     assert launch.kernel is not None  # else this Triton's internals differ and every call pays the JIT
     assert not launch_module._hooks_installed()  # else every call takes the JIT path
+    assert launch.fast != launch.triton_launch  # else every call pays Triton's launcher (cuda_launch)
     out2 = torch.empty_like(x)
     launch(x, out, out2, 1000, 2.0)
     torch.testing.assert_close(out2, 2 * x + out)
@@ -200,6 +201,7 @@ def test_gpu_second_call_takes_the_compiled_kernel(name, dtype, monkeypatch):
         check(name, IMPL[name](*args), args)
         (launcher,) = [found for cache in caches for found in cache.values()]
         assert launcher.launch.kernel is not None  # else every call pays Triton's JIT
+        assert launcher.launch.fast != launcher.launch.triton_launch  # else it pays Triton's launcher
 
 
 def test_a_one_off_launch_keeps_nothing():
