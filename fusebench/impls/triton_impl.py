@@ -74,8 +74,9 @@ class Triton(Implementation):
 
         def chosen():
             plan = ran[0]
-            if plan is None:
-                return None
+            if plan is None:  # the training modes call the autograd.Function, not fn
+                return ("through its autograd.Function: forward and backward kernels, each with the plan "
+                        "tuned for the shape" if kernel.autograd else None)
             return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
 
         return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen, train_fn=kernel.autograd)

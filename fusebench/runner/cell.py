@@ -265,7 +265,9 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
     row.update(atol=atol, rtol=rtol)
     # What one call is in this mode; a ceiling is timed as it is, with the mode's bytes.
     ceiling = impl.kind == "ceiling"
-    forward = prepared.fn if ceiling else (prepared.train_fn or prepared.fn)
+    # Our kernels' autograd.Function only where something is differentiated: a forward call
+    # through it pays autograd's bookkeeping that an inference caller does not.
+    forward = prepared.train_fn if mode != "fwd" and not ceiling and prepared.train_fn else prepared.fn
     call_of = ModeCall(forward, case, "fwd" if ceiling else mode)
 
     with prepared.context(), torch.no_grad(), retained_graph_context(call_of.mode):

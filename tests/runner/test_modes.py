@@ -169,3 +169,37 @@ def test_cli_mode_option(db):
     assert "swiglu · fwd_bwd" in res.output
     res = runner.invoke(app, ["run", "--resume", "1", "--mode", "bwd", "--db", db])
     assert res.exit_code == 2
+
+
+def test_the_forward_mode_calls_fn_and_the_training_modes_train_fn():
+    # train_fn (our kernels' autograd.Function) costs autograd's bookkeeping per call: a forward
+    # cell times what an inference caller calls
+    called = []
+
+    class Both(impl_base.Implementation):
+        name = "fn-and-train-fn"
+
+        def applies(self, case):
+            return case.name == "swiglu"
+
+        def prepare(self, case, shape, dtype, device):
+            def fn(a, b):
+                called.append("fn")
+                return torch.nn.functional.silu(a) * b
+
+            def train_fn(a, b):
+                called.append("train_fn")
+                return torch.nn.functional.silu(a) * b
+
+            return impl_base.Prepared(fn=fn, train_fn=train_fn)
+
+    impl_base._load()
+    impl_base._IMPLS[Both.name] = Both()
+    try:
+        for mode, used in (("fwd", "fn"), ("bwd", "train_fn")):
+            called.clear()
+            row = measure_cell(Cell("swiglu", Both.name, (16, 32), "fp32", "cpu", mode), FAST)
+            assert row["status"] == "ok", row.get("reason")
+            assert called and set(called) == {used}, (mode, set(called))
+    finally:
+        impl_base._IMPLS.pop(Both.name, None)
