@@ -347,13 +347,26 @@ def wall_reps(stats: TimeStats, st: TimingSettings) -> int:
     return max(1, min(stats.reps, _reps(stats.median_us / 1e3, st)))
 
 
+# wall_time: up to this many blocks of back-to-back calls, each at least WALL_BLOCK_CALLS long
+WALL_BLOCKS = 5
+WALL_BLOCK_CALLS = 20
+
+
 def wall_time(fn: Callable[[], object], device: str, reps: int) -> float:
-    """Mean host time per call over `reps` back-to-back calls, synchronised at the end (us)."""
+    """Host time per call over `reps` back-to-back calls (us): the median, over up to WALL_BLOCKS
+    blocks of at least WALL_BLOCK_CALLS calls, of each block's mean per call, each block
+    synchronised at its end.  A pause of the host (a garbage collection, another process) then
+    moves one block, not the figure; fewer calls than two blocks are one block."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+    blocks = max(1, min(WALL_BLOCKS, reps // WALL_BLOCK_CALLS))
+    per_block = -(-reps // blocks)
     fn()
     sync()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    sync()
-    return (time.perf_counter() - t) / reps * 1e6
+    means = []
+    for _ in range(blocks):
+        t = time.perf_counter()
+        for _ in range(per_block):
+            fn()
+        sync()
+        means.append((time.perf_counter() - t) / per_block * 1e6)
+    return statistics.median(means)
