@@ -7,6 +7,9 @@ from fusebench import settings
 from fusebench.impls.base import Implementation, Prepared, implementation
 
 
+_AUTOGRAD = object()  # what a cell's last call ran: the kernel's autograd.Function
+
+
 def _kernels():
     from fusebench import kernels
 
@@ -65,18 +68,24 @@ class Triton(Implementation):
                             note_after=lambda: kernel.describe(shape, dtype) if kernel.describe else None)
         # Kernels that choose a launch plan per shape return it with their outputs: the note says
         # which one ran (the heuristic's guess is `note`).
-        run = kernel.run
-        ran = [None]  # the plan of the last call
+        run, autograd = kernel.run, kernel.autograd
+        ran = [None]  # the plan of the last call, or _AUTOGRAD after a call of train_fn
 
         def fn(*args):
             out, ran[0] = run(*args)
             return out
 
+        def train_fn(*args):
+            ran[0] = _AUTOGRAD
+            return autograd(*args)
+
         def chosen():
             plan = ran[0]
-            if plan is None:  # the training modes call the autograd.Function, not fn
-                return ("through its autograd.Function: forward and backward kernels, each with the plan "
-                        "tuned for the shape" if kernel.autograd else None)
+            if plan is None:
+                return None
+            if plan is _AUTOGRAD:
+                return "through its autograd.Function: forward and backward kernels, each with its plan tuned for the shape"
             return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
 
-        return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen, train_fn=kernel.autograd)
+        return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen,
+                        train_fn=train_fn if autograd is not None else None)

@@ -161,6 +161,9 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
 # hold 32 values a thread under a 128-register cap (64 with the prefetch); (4096, 2, 4) holds 64 a
 # thread at 2 warps under a 248-register cap (twice the bytes in flight per SM at half the warps).
 COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (8192, 8, 2), (4096, 4, 4), (4096, 2, 4))
+# For 2-byte rows also chunks twice as long: a round's exchange costs the same whatever the
+# dtype, and a 2-byte chunk brings half the bytes to amortise it.
+COOP_SHAPES_2BYTE = ((16384, 16, 1), (8192, 4, 4), (16384, 8, 2))
 
 
 def coop_plan(M: int, N: int, device, chunk: int = 8192, num_warps: int = 16, per_sm: int = 2,
@@ -269,9 +272,10 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
                 stream_plan(device, 8192, 16), stream_plan(device, 8192, 16, per_sm=2)] if streams else []
     streamed += [reread_plan(device, 32768, 8192, 32), reread_plan(device, 16384, 8192, 32)] if rereads else []
     split = [split_plan(N, 4096), split_plan(N, 8192)] if splits else []
+    shapes = COOP_SHAPES + (COOP_SHAPES_2BYTE if elem_size == 2 else ())
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in (False, True)
-             for chunk, warps, per_sm in COOP_SHAPES] if coop_enabled(device) else []
+             for chunk, warps, per_sm in shapes] if coop_enabled(device) else []
     # staged 2 deep (3 deep is no faster)
     coops += [p for p in (replace(c, stages=2) for c in coops if not c.prefetch)
               if coop_stages_fit(p, device, elem_size, row_inputs)]

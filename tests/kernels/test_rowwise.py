@@ -287,7 +287,8 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
     # big steps (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).  Every
     # cooperative plan fits (its register cap, plans.coop_launch_args).
     args = inputs(name, shape, dtype, seed=4)
-    cands = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024) if p.mode in ("coop", "stream", "reread")]
+    cands = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024, elem_size=args[0].element_size())
+             if p.mode in ("coop", "stream", "reread")]
     assert any(p.mode == "coop" for p in cands)
     for plan in cands:
         checked(name, IMPL[name](*args, plan=plan), args, plan)
