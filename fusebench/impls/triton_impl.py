@@ -84,7 +84,8 @@ class Triton(Implementation):
             if plan is None:
                 return None
             if plan is _AUTOGRAD:
-                return "through its autograd.Function: forward and backward kernels, each with its plan tuned for the shape"
+                return ("through its autograd.Function: forward and backward kernels, each with its plan tuned "
+                        "for the shape")
             return kernel.describe_plan(plan, device) if kernel.describe_plan else plan.describe()
 
         return Prepared(fn=fn, note=note, timing_available=interp, note_after=chosen,

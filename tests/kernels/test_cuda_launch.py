@@ -66,8 +66,8 @@ class FakeDriver:
         slots = [ctypes.c_uint64.from_address(params[i]).value for i in range(6)]
         self.calls.append(dict(grid=(cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), block=cfg.blockDimX,
                                shared=cfg.sharedMemBytes, stream=cfg.hStream, function=function.value,
-                               slots=slots, attrs=[(cfg.attrs[i].id, cfg.attrs[i].value[0]) for i in range(cfg.numAttrs)],
-                               extra=extra))
+                               slots=slots, extra=extra,
+                               attrs=[(cfg.attrs[i].id, cfg.attrs[i].value[0]) for i in range(cfg.numAttrs)]))
         return self.results.pop(0)
 
 
