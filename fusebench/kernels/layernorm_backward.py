@@ -114,10 +114,10 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
             x_in, dy_in, k = x_next, dy_next, k_next
             x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, row + 1, tl.minimum(M, first + rows_per_program),
                                                 N, stride_dy, stride_x, cols, CENTER)
+            # the weight read again each row (from cache): its registers hold the next row
+            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         else:
             x_in, dy_in, k = _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER)
-        if PREFETCH:  # the weight read again each row (from cache): its registers hold the next row
-            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         x = x_in.to(tl.float32)
         dy = dy_in.to(tl.float32)
         g = dy * w
@@ -291,7 +291,7 @@ def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | Non
     return (dw, db if center else None), (kernel,)
 
 
-def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None, prefetch: bool):
+def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
     M, N = x.shape
     stats = torch.empty((M, 4), dtype=torch.float32, device=x.device)
     few_rows = x.device.type == "cuda" and M <= num_sms(x.device)
@@ -348,10 +348,12 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         zero = torch.zeros_like(weight)
         return dx, zero, zero.clone() if center else None
     onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP if center else FP32_ONCHIP_RMS)
-    launch = _launch_rows if N <= onchip else _launch_long_rows
-    if prefetch is None:
-        prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
-    (dw, db), launched = launch(dy, x, w, dh, dx, center, eps, programs, prefetch)
+    if N <= onchip:
+        if prefetch is None:
+            prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
+        (dw, db), launched = _launch_rows(dy, x, w, dh, dx, center, eps, programs, prefetch)
+    else:
+        (dw, db), launched = _launch_long_rows(dy, x, w, dh, dx, center, eps, programs)
     (dw, db), summed = _sum_partials(dw, db, weight.dtype)
     if kernels is not None:
         kernels.extend((*launched, summed))
