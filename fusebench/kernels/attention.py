@@ -29,7 +29,6 @@ import triton.language as tl
 from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
-from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.launch import signature
 from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors, tuned_launch
 from fusebench.kernels.tuning import triton_autotune as autotune
@@ -309,17 +308,17 @@ def _first_call(q, k, v, causal, impl, with_lse=False):
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), dummy) for t in (q, k, v)]
         tail = (out, lse, sm_scale, *out.stride(), H, S)
         _attn_fwd_tma[grid](*descs, *tail, **consts)
-        launch = tuned_launch(_attn_fwd_tma, grid, (*descs, *tail), consts)
         cfg = _attn_fwd_tma.best_config.kwargs
         # q, k, v are contiguous (the key fixes it): each is the (B*H*S, D) row-major matrix at its
         # data pointer, the only thing the driver reads from a descriptor's base
         rows, ints = [B * H * S, D], (sm_scale, *out.stride(), H, S)
         q_geo, kv_geo = (rows, [D, 1], [cfg["BLOCK_M"], D]), (rows, [D, 1], [cfg["BLOCK_N"], D])
-        desc = gu.unchecked_descriptor
+        launch = tuned_launch(_attn_fwd_tma, grid, (*descs, *tail), consts,
+                              descriptors={0: q_geo, 1: kv_geo, 2: kv_geo})  # a call passes q, k, v
 
         def plan(q, k, v):
             out, lse = alloc_both()
-            launch(desc(q, *q_geo), desc(k, *kv_geo), desc(v, *kv_geo), out, lse, *ints)
+            launch(q, k, v, out, lse, *ints)
             return result(out, lse)
 
         return plan, result(out, lse)

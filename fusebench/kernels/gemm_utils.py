@@ -3,8 +3,7 @@
 The grouped ("super-grouping") program order used by the GEMM-like kernels, dot precision, the
 `supports` checks that every wrapper in matmul.py / conv.py / attention.py shares, and what their
 per-call fast paths are built from: the problem key (`launch.signature`), a `Launch` of the config a
-triton.autotune chose (`tuned_launch`), TMA descriptors built without re-validation
-(`unchecked_descriptor`), and the CUDA-graph option for multi-kernel paths (`GraphCall`).
+triton.autotune chose (`tuned_launch`, TMA descriptors given as geometry), and the CUDA-graph option for multi-kernel paths (`GraphCall`).
 Device facts are in device.py, the tuner in tuning.py, the launcher in launch.py.
 """
 from __future__ import annotations
@@ -100,14 +99,15 @@ def _unwrap(kernel):
     return fn, heuristics
 
 
-def tuned_launch(kernel, grid: Callable[[dict], tuple], args: tuple, constants: dict) -> Launch:
+def tuned_launch(kernel, grid: Callable[[dict], tuple], args: tuple, constants: dict,
+                 descriptors: dict | None = None) -> Launch:
     """A `Launch` of the JIT function under the triton.autotune'd `kernel` with the config its
     autotuner chose at its last run (`best_config`), which must have been on `args` (runtime
     arguments, in signature order) and `constants`: the same key, so the same config.
 
     triton.autotune's own call builds the argument dict, computes its key and looks the config up
     on every call; the Launch does none of that.  A config's pre_hook is not run (the TMA
-    wrappers build their descriptors with the config's block shapes themselves)."""
+    wrappers give the Launch their descriptors' geometry, block shapes included: `descriptors`)."""
     config = kernel.best_config
     constants = {**constants, **config.all_kwargs()}
     fn, heuristics = _unwrap(kernel)
@@ -115,20 +115,7 @@ def tuned_launch(kernel, grid: Callable[[dict], tuple], args: tuple, constants: 
         named = {**dict(zip(h.arg_names, args)), **constants}
         for name, rule in h.values.items():
             constants[name] = rule(named)
-    return Launch(fn, grid(constants), constants)
-
-
-def unchecked_descriptor(base: torch.Tensor, shape: list, strides: list, block_shape: list):
-    """A host-side TMA TensorDescriptor without the dataclass's per-call checks (alignment, block
-    shape, strides): the caller's problem key already fixes everything they check, and
-    TensorDescriptor.from_tensor ran them once, when the key was first met.  The driver reads the
-    base's data pointer at each launch."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    desc = object.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides, desc.block_shape = base, shape, strides, block_shape
-    desc.padding, desc.round_f32_to_tf32 = "zero", False
-    return desc
+    return Launch(fn, grid(constants), constants, descriptors)
 
 
 # How a path of several kernels (cuDNN conv + epilogue, BN fold + conv, two GEMMs, split-K's

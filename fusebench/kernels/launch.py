@@ -17,6 +17,10 @@ Under Triton's interpreter, while a launch hook is installed (profilers such as 
 one), or if the compiled kernel lacks the launcher this module expects, every call goes through
 the JIT.
 
+A kernel that takes TMA tensor descriptors is given their geometry (shape, strides, block shape)
+with the Launch, also fixed by the key, and a caller passes the base tensor in a descriptor's
+place: the direct launch then needs no descriptor object, and Triton's paths get one built here.
+
 `signature` is the key's tensor part and `is_final` says whether a tuner's choice may be kept in a
 launcher: the kernels' launcher caches (rowwise, pointwise, horizontal) use both.
 """
@@ -71,18 +75,34 @@ def _hooks_installed() -> bool:
     return _hook_set(runtime.launch_enter_hook) or _hook_set(runtime.launch_exit_hook)
 
 
+def unchecked_descriptor(base: torch.Tensor, shape: list, strides: list, block_shape: list):
+    """A host-side TMA TensorDescriptor without the dataclass's per-call checks (alignment, block
+    shape, strides): the caller's problem key already fixes everything they check, and
+    TensorDescriptor.from_tensor ran them once, when the key was first met.  The driver reads the
+    base's data pointer at each launch."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    desc = object.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape = base, shape, strides, block_shape
+    desc.padding, desc.round_f32_to_tf32 = "zero", False
+    return desc
+
+
 class Launch:
     """`jit_fn` on `grid` with keyword arguments `constants` (constexprs and options such as
     num_warps), called with the runtime arguments in signature order.  Runtime arguments must
-    come first in the kernel's signature and be passed positionally."""
+    come first in the kernel's signature and be passed positionally.  `descriptors` maps the index
+    of each TMA descriptor argument to its (shape, strides, block shape); a call passes the
+    descriptor's base tensor there."""
 
-    __slots__ = ("jit_fn", "grid", "constants", "kernel", "run", "head", "tail", "n_args", "stream_of", "device",
-                 "fast")
+    __slots__ = ("jit_fn", "grid", "constants", "descriptors", "kernel", "run", "head", "tail", "n_args",
+                 "stream_of", "device", "fast")
 
-    def __init__(self, jit_fn, grid: Sequence[int], constants: dict):
+    def __init__(self, jit_fn, grid: Sequence[int], constants: dict, descriptors: dict | None = None):
         self.jit_fn = jit_fn
         self.grid = (tuple(grid) + (1, 1))[:3]
         self.constants = constants
+        self.descriptors = descriptors or {}
         self.kernel = None  # the compiled kernel once the first call has made it
         self.run = None  # its launcher
         self.head: tuple = ()  # what the launcher takes between the stream and the arguments
@@ -101,15 +121,22 @@ class Launch:
     def triton_launch(self, *args) -> None:
         """The compiled kernel through Triton's launcher."""
         grid = self.grid
+        args = self._described(args) if self.descriptors else args
         self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *args, *self.tail)
 
     def jit(self, *args) -> None:
         """Launch through the JIT and keep nothing: a one-off launch (the tuner's, of each
         candidate plan), which the binding of the fast path's arguments would only slow."""
-        self.jit_fn[self.grid](*args, **self.constants)
+        self.jit_fn[self.grid](*self._described(args), **self.constants)
+
+    def _described(self, args) -> tuple:
+        """The arguments with each descriptor's base tensor made its TensorDescriptor."""
+        geo = self.descriptors
+        return tuple(unchecked_descriptor(a, *geo[i]) if i in geo else a for i, a in enumerate(args))
 
     def _first(self, args) -> None:
         """Launch through the JIT, and keep what the fast path needs when it can take it."""
+        args = self._described(args)
         compiled = self.jit_fn[self.grid](*args, **self.constants)
         if self.kernel is not None or dev.is_interpreter() or compiled is None:
             return
@@ -128,5 +155,6 @@ class Launch:
         self.head = (compiled.function, compiled.packed_metadata, None, None, None)
         self.tail, self.n_args = tuple(bound[len(args):]), len(args)
         self.stream_of, self.device, self.kernel, self.run = stream_of, device, compiled, run
-        direct = cuda_launch.DirectLaunch.build(compiled, self.grid, len(args), self.triton_launch, stream_of, device)
+        direct = cuda_launch.DirectLaunch.build(compiled, self.grid, len(args), self.triton_launch, stream_of, device,
+                                                self.descriptors)
         self.fast = direct.call if direct is not None else self.triton_launch

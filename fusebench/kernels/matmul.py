@@ -22,7 +22,7 @@ The autotuning spaces of the three GEMM kernels and their pruning are in gemm_co
 Host side: gemm() keeps a plan per problem key (shapes, strides, dtypes, device, pointer alignment,
 epilogue, policy): the implementation chosen, the config its autotuner chose (tuned_launch), the grid
 and the integer arguments, all decided at the key's first call.  A later call is one dict lookup,
-C's allocation and the launch through launch.Launch (TMA: three descriptors built unchecked).
+C's allocation and the launch through launch.Launch (TMA: a, b and c in their descriptors' places).
 
 The epilogue switches (HAS_BIAS, HAS_RES, RELU) are runtime scalars, not constexprs: one compiled
 binary per (dtype, config) then serves all three matmul cases and the 1x1 convolutions, which
@@ -417,19 +417,18 @@ def _tma_plan(a, b, c, bias, residual, relu, alloc):
 
     args = (*descs, *ptrs, *ints)
     _gemm_tma_kernel[grid](*args, **consts)
-    launch = tuned_launch(_gemm_tma_kernel, grid, args, consts)
     cfg = _gemm_tma_kernel.best_config.kwargs
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    a_geo = ([M, K], list(a.stride()), [bm, bk])
-    b_geo = (list(b_mat.shape), list(b_mat.stride()), [bn, bk] if b_trans else [bk, bn])
-    c_geo = ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])
-    desc = gu.unchecked_descriptor  # a descriptor holds its base tensor, so each call makes its own
+    geometry = {0: ([M, K], list(a.stride()), [bm, bk]),
+                1: (list(b_mat.shape), list(b_mat.stride()), [bn, bk] if b_trans else [bk, bn]),
+                2: ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])}
+    # the launch takes a, b and c in their descriptors' places (b is b_mat's view: the same address)
+    launch = tuned_launch(_gemm_tma_kernel, grid, args, consts, descriptors=geometry)
     shape, stride = alloc
 
     def plan(a, b, bias, residual, out):
         c = a.new_empty_strided(shape, stride) if out is None else out
-        launch(desc(a, *a_geo), desc(b, *b_geo), desc(c, *c_geo), c if bias is None else bias,
-               c if residual is None else residual, *ints)
+        launch(a, b, c, c if bias is None else bias, c if residual is None else residual, *ints)
         return c
 
     return plan

@@ -47,6 +47,26 @@ def test_the_second_call_takes_the_compiled_kernel():
     torch.testing.assert_close(out2, 2 * x + out)
 
 
+@triton.jit
+def _tile_copy(x_desc, out_ptr, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    m = tl.program_id(0) * BLOCK_M
+    rows = m + tl.arange(0, BLOCK_M)[:, None]
+    tl.store(out_ptr + rows * stride + tl.arange(0, BLOCK_N)[None, :], x_desc.load([m, 0]))
+
+
+def test_a_descriptor_argument_takes_its_base_tensor():
+    # (64, 32) views of rows of 48: the descriptor's geometry, fixed with the Launch
+    launch = Launch(_tile_copy, (4,), dict(BLOCK_M=16, BLOCK_N=32, num_warps=4),
+                    descriptors={0: ([64, 32], [48, 1], [16, 32])})
+    for _ in range(3):  # a new base tensor each call
+        x = torch.randn(64, 48, device=DEVICE)[:, :32]
+        out = torch.zeros(64, 32, device=DEVICE)
+        launch(x, out, 32)
+        torch.testing.assert_close(out, x)
+    if DEVICE == "cuda":  # a TMA kernel takes the direct launch too, its maps encoded per address
+        assert launch.fast != launch.triton_launch
+
+
 def test_an_empty_hook_chain_is_no_hook():
     class Chain:
         def __init__(self, calls):
@@ -321,19 +341,22 @@ def test_rmsnorm_max_onchip_is_part_of_the_key(monkeypatch):
     assert krms.rmsnorm_run(x, w, max_onchip=64)[1].mode == "loop" and sum(map(len, caches)) == 2
 
 
-def test_tma_plan_describes_each_call_s_own_tensors(monkeypatch):
-    # each call's descriptors hold that call's tensors, and the plan keeps none of them
+def test_tma_plan_passes_each_call_s_own_tensors(monkeypatch):
+    # each call's launch gets that call's tensors in the descriptors' places, with their geometry
+    # fixed in the Launch, and the plan keeps none of them
     seen = []
-    monkeypatch.setattr(Launch, "__call__", lambda self, *args: seen.append([d.base for d in args[:3]]))
+    monkeypatch.setattr(Launch, "__call__", lambda self, *args: seen.append((self.descriptors, args[:3])))
     monkeypatch.setattr(triton.runtime.Autotuner, "run", lambda self, *a, **k: setattr(
         self, "best_config", self.configs[0]))
     monkeypatch.setattr(kmm, "_PLANS", {})
     from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401  (Triton >= 3.4)
-    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    a, b = torch.randn(64, 32), torch.randn(48, 32).t()  # b transposed: its descriptor is of the (48, 32) matrix
     c = torch.empty(64, 48)
     plan = kmm._tma_plan(a, b, c, None, None, False, ((64, 48), (48, 1)))
     a2 = torch.randn(64, 32)
     out = plan(a2, b, None, None, None)
-    assert seen[-1][0] is a2 and seen[-1][1] is b and seen[-1][2] is out
+    geometry, tensors = seen[-1]
+    assert tensors[0] is a2 and tensors[1] is b and tensors[2] is out
+    assert [geometry[i][:2] for i in range(3)] == [([64, 32], [32, 1]), ([48, 32], [32, 1]), ([64, 48], [48, 1])]
     kept = [x.cell_contents for x in plan.__closure__]
     assert not any(isinstance(x, TensorDescriptor) or x is a2 or x is out for x in kept)
