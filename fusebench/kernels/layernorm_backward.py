@@ -43,6 +43,7 @@ import triton.language as tl
 
 from fusebench.kernels import plans
 from fusebench.kernels.device import num_sms
+from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.norms import layernorm_run
 from fusebench.kernels.rowwise import add2, add4
 
@@ -262,7 +263,9 @@ def _sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, P, N, HAS_DB:
 
 
 # ----------------------------------------------------------------------------------------------
-# launchers
+# launchers: a plan per problem key, made at the key's first call; a later call allocates the
+# outputs and the partials and launches (launch.Launch), with every grid, constant and integer
+# argument decided at the first.
 
 
 def _programs(device, wanted: int | None, limit: int, per_sm: int = 4) -> int:
@@ -272,7 +275,7 @@ def _programs(device, wanted: int | None, limit: int, per_sm: int = 4) -> int:
     return max(1, min(wanted, limit))
 
 
-def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None, prefetch: bool):
+def _rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None, prefetch: bool):
     M, N = x.shape
     # Two programs per SM, each holding about 32 (2-byte inputs) or 16 (fp32) of a row's columns
     # per thread: within 1.5% of the best of 1-8 programs per SM x 4-32 warps at every shape
@@ -280,25 +283,30 @@ def _launch_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | Non
     # (docs/kernels.md).  Rows of more than 8192 columns spill; one program per SM then spills
     # into less traffic (2-4% faster at 16384 columns).
     programs = _programs(x.device, programs, M, per_sm=2 if N <= 8192 else 1)
-    dw = torch.empty((programs, N), dtype=torch.float32, device=x.device)
-    db = torch.empty((programs, N), dtype=torch.float32, device=x.device) if center else dw
     block_n = triton.next_power_of_2(N)
     per_thread = 32 if x.element_size() <= 2 else 16
-    kernel = _rows_kernel[(programs,)](
-        dy, x, w, dh, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0), eps,
-        triton.cdiv(M, programs), CENTER=center, HAS_DH=dh is not dy, PREFETCH=prefetch, BLOCK_N=block_n,
-        num_warps=plans.num_warps_for(block_n, per_thread=per_thread, lo=4, hi=16))
-    return (dw, db if center else None), (kernel,)
+    launch = Launch(_rows_kernel, (programs,), dict(
+        CENTER=center, HAS_DH=dh is not dy, PREFETCH=prefetch, BLOCK_N=block_n,
+        num_warps=plans.num_warps_for(block_n, per_thread=per_thread, lo=4, hi=16)))
+    ints = (M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, triton.cdiv(M, programs))  # dx is dense
+
+    def partials(dy, x, w, dh, dx):
+        dw = x.new_empty((programs, N), dtype=torch.float32)
+        db = x.new_empty((programs, N), dtype=torch.float32) if center else dw
+        launch(dy, x, w, dh, dx, dw, db, *ints)
+        return dw, db
+
+    return partials, [launch], programs
 
 
-def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int | None):
+def _long_rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None):
     M, N = x.shape
-    stats = torch.empty((M, 4), dtype=torch.float32, device=x.device)
     few_rows = x.device.type == "cuda" and M <= num_sms(x.device)
     block, warps = (STATS_BLOCK_FEW_ROWS, STATS_WARPS_FEW_ROWS) if few_rows else (STATS_BLOCK, STATS_WARPS)
     block = min(block, triton.next_power_of_2(N))
-    k1 = _row_stats_kernel[(M,)](dy, x, w, stats, N, dy.stride(0), x.stride(0), eps, CENTER=center, BLOCK_N=block,
-                                 num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=warps))
+    stats = Launch(_row_stats_kernel, (M,), dict(
+        CENTER=center, BLOCK_N=block, num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=warps)))
+    stats_ints = (N, dy.stride(0), x.stride(0), eps)
     bm, bn = (COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE) if x.element_size() <= 2 else (COL_BLOCK_M, COL_BLOCK_N)
     col_blocks = triton.cdiv(N, bn)
     wanted = None if programs is None else triton.cdiv(programs, col_blocks)
@@ -307,28 +315,60 @@ def _launch_long_rows(dy, x, w, dh, dx, center: bool, eps: float, programs: int 
     groups = _programs(x.device, wanted, triton.cdiv(M, bm))
     rows_per_group = triton.cdiv(triton.cdiv(M, groups), bm) * bm
     groups = triton.cdiv(M, rows_per_group)
-    dw = torch.empty((groups, N), dtype=torch.float32, device=x.device)
-    db = torch.empty((groups, N), dtype=torch.float32, device=x.device) if center else dw
-    k2 = _columns_kernel[(col_blocks, groups)](
-        dy, x, w, dh, stats, dx, dw, db, M, N, dy.stride(0), x.stride(0), dh.stride(0), dx.stride(0),
-        rows_per_group, CENTER=center, HAS_DH=dh is not dy, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
-    return (dw, db if center else None), (k1, k2)
+    columns = Launch(_columns_kernel, (col_blocks, groups), dict(
+        CENTER=center, HAS_DH=dh is not dy, BLOCK_M=bm, BLOCK_N=bn, num_warps=4))
+    column_ints = (M, N, dy.stride(0), x.stride(0), dh.stride(0), N, rows_per_group)  # dx is dense
+
+    def partials(dy, x, w, dh, dx):
+        scalars = x.new_empty((M, 4), dtype=torch.float32)
+        dw = x.new_empty((groups, N), dtype=torch.float32)
+        db = x.new_empty((groups, N), dtype=torch.float32) if center else dw
+        stats(dy, x, w, scalars, *stats_ints)
+        columns(dy, x, w, dh, scalars, dx, dw, db, *column_ints)
+        return dw, db
+
+    return partials, [stats, columns], groups
 
 
-def _sum_partials(dw, db, dtype):
-    # (dw, db or None) in `dtype` from their [programs, N] fp32 partials, and the kernel launched
-    P, N = dw.shape
-    out_w = torch.empty(N, dtype=dtype, device=dw.device)
-    out_b = None if db is None else torch.empty(N, dtype=dtype, device=dw.device)
-    kernel = _sum_partials_kernel[(triton.cdiv(N, SUM_BLOCK_N),)](
-        dw, dw if db is None else db, out_w, out_w if db is None else out_b, P, N, HAS_DB=db is not None,
-        BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4)
-    return (out_w, out_b), kernel
+def _plan(dy, x, w, dh, center: bool, eps: float, onchip: bool, programs: int | None, prefetch: bool):
+    """plan(dy, x, w, dh) -> (dx, dw, db) for this key, and its launches."""
+    M, N = x.shape
+    if onchip:
+        partials, launches, n_partials = _rows_plan(dy, x, dh, center, eps, programs, prefetch)
+    else:
+        partials, launches, n_partials = _long_rows_plan(dy, x, dh, center, eps, programs)
+    total, summed = _sum_plan(n_partials, N, center)
+
+    def plan(dy, x, w, dh):
+        dx = x.new_empty((M, N))
+        dw_part, db_part = partials(dy, x, w, dh, dx)
+        dw = w.new_empty(N)
+        db = w.new_empty(N) if center else dw
+        total(dw_part, db_part, dw, db)
+        return dx, dw, db if center else None
+
+    return plan, launches + [summed]
+
+
+def _sum_plan(n_partials: int, N: int, with_db: bool):
+    """(total, its launch): total(dw_part, db_part, dw, db) sums the [n_partials, N] fp32 partials
+    of dw (and of db, with_db) into dw (db), written in their dtype."""
+    launch = Launch(_sum_partials_kernel, (triton.cdiv(N, SUM_BLOCK_N),), dict(
+        HAS_DB=with_db, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4))
+
+    def total(dw_part, db_part, dw, db):
+        launch(dw_part, db_part, dw, db, n_partials, N)
+
+    return total, launch
 
 
 def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     # kernels index columns with stride 1 and take the row stride
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# {problem key: (plan, its launches)}
+_PLANS: dict = {}
 
 
 def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
@@ -341,22 +381,24 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
-    dh = dy if dh is None else _rows_contiguous(dh)  # `dh is dy` tells the kernels there is none
-    M, N = x.shape
-    dx = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    if M == 0 or N == 0:
-        zero = torch.zeros_like(weight)
-        return dx, zero, zero.clone() if center else None
-    onchip = max_onchip if x.element_size() <= 2 else min(max_onchip, FP32_ONCHIP if center else FP32_ONCHIP_RMS)
-    if N <= onchip:
+    has_dh = dh is not None
+    dh = _rows_contiguous(dh) if has_dh else dy  # `dh is dy` tells the kernels there is none
+    key = (signature(dy, x, w, dh if has_dh else None), center, eps, max_onchip, programs, prefetch)
+    found = _PLANS.get(key)
+    if found is None:
+        M, N = x.shape
+        if M == 0 or N == 0:
+            zero = torch.zeros_like(weight)
+            return torch.empty((M, N), dtype=x.dtype, device=x.device), zero, zero.clone() if center else None
+        onchip = N <= (max_onchip if x.element_size() <= 2
+                       else min(max_onchip, FP32_ONCHIP if center else FP32_ONCHIP_RMS))
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
-        (dw, db), launched = _launch_rows(dy, x, w, dh, dx, center, eps, programs, prefetch)
-    else:
-        (dw, db), launched = _launch_long_rows(dy, x, w, dh, dx, center, eps, programs)
-    (dw, db), summed = _sum_partials(dw, db, weight.dtype)
+        found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch)
+    plan, launches = found
+    dx, dw, db = plan(dy, x, w, dh)
     if kernels is not None:
-        kernels.extend((*launched, summed))
+        kernels.extend(launch.kernel for launch in launches if launch.kernel is not None)
     return dx, dw, db
 
 

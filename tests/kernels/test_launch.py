@@ -137,8 +137,13 @@ def test_another_key_gets_its_own_launcher(layout, monkeypatch, spies):
     out, plan = ksm.softmax_run(y, max_onchip=64) if layout == "max_onchip" else ksm.softmax_run(y)
     check("softmax", out, (y,))
     assert "autotune" in spies and len(caches[0]) == 2 and next(reversed(caches[0].values())) is not first
-    # max_onchip is part of the key: below N the heuristic's plan is a looped one, not the tile
-    assert plan.mode == ("loop" if layout == "max_onchip" else "tile")
+    if layout == "max_onchip":
+        # part of the key: below N the candidates are looped rows and one-row tiles of many warps;
+        # the heuristic's, which the CPU keeps untimed, is a looped one
+        assert plan.mode == "loop" or (plan.mode == "tile" and plan.block_m == 1)
+        assert plan.mode == "loop" or DEVICE == "cuda"
+    else:
+        assert plan.mode == "tile"
     spies.clear()
     again = ksm.softmax_run(y, max_onchip=64) if layout == "max_onchip" else ksm.softmax_run(y)
     check("softmax", again[0], (y,))
