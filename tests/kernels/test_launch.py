@@ -163,6 +163,7 @@ def test_a_forced_plan_is_part_of_the_key(monkeypatch, spies):
     assert plan != forced and len(caches[0]) == 2
 
 
+@pytest.mark.interpreter
 def test_cooperative_launcher_keeps_its_exchange_buffer(monkeypatch):
     # one program per row (the interpreter runs programs one after another), two rounds a launch:
     # each call moves the epoch of the buffer its launcher holds past two tags
@@ -270,6 +271,7 @@ _REPEATED = {
 }
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("name", sorted(_REPEATED))
 def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypatch):
     # Launches recorded, not run (the interpreter allocates copies of its own): the count of
@@ -302,6 +304,7 @@ def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypat
     assert events.count("launch") == launches, events
 
 
+@pytest.mark.interpreter
 def test_swiglu_and_cross_entropy_keep_one_launcher_per_key(monkeypatch):
     monkeypatch.setattr(kswiglu, "_LAUNCHERS", {})
     monkeypatch.setattr(kce, "_LAUNCHERS", {})
@@ -323,6 +326,7 @@ def test_swiglu_and_cross_entropy_keep_one_launcher_per_key(monkeypatch):
         kce.cross_entropy_forward(logits, targets[:3])
 
 
+@pytest.mark.interpreter
 def test_add_rmsnorm_writes_h_through_its_own_allocation(monkeypatch):
     fresh_launchers(monkeypatch)
     x, residual, w = get_case("add_rmsnorm").make_inputs((5, 300), torch.float32, "cpu", 0)
@@ -339,6 +343,7 @@ def test_add_rmsnorm_writes_h_through_its_own_allocation(monkeypatch):
         krms.rmsnorm_run(x, x)  # a row-sized weight is refused
 
 
+@pytest.mark.interpreter
 def test_rmsnorm_max_onchip_is_part_of_the_key(monkeypatch):
     caches = fresh_launchers(monkeypatch)
     x, w = get_case("rmsnorm").make_inputs((3, 300), torch.float32, "cpu", 0)

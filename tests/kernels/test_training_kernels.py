@@ -12,6 +12,8 @@ from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell, plan_cells
 from kernel_checks import FAST_TIMING, close, grads
 
+pytestmark = pytest.mark.interpreter  # CPU tensors, but for the GPU test at the end
+
 ODD = [(5, 37), (33, 300)]
 
 

@@ -12,6 +12,9 @@ from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
 from kernel_checks import FAST_TIMING, close, grads
 
+pytestmark = pytest.mark.interpreter  # CPU tensors throughout
+
+
 @pytest.mark.parametrize("shape", [(5, 37), (3, 1000)])
 def test_softmax_forward_and_backward(shape):
     g = torch.Generator().manual_seed(shape[1])
