@@ -77,6 +77,7 @@ def test_fp16():
     _check(q, k, v, do, True, tol=2e-2)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_forward_logsumexp(causal):
     q, k, v, _ = _inputs((1, 2, 37, 16), seed=5)
@@ -128,6 +129,7 @@ def test_triton_is_planned_in_training_modes(mode):
     assert [(c.impl, c.mode) for c in cells] == [("triton", mode)]
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 def test_triton_cells(mode):
     # 6 (batch, head) slices, 4 of them checked (the case's sample), causal, seqlen not a block multiple
@@ -136,6 +138,7 @@ def test_triton_cells(mode):
     assert row["seeds"] == 3 and row["tol_ratio"] <= 1
 
 
+@pytest.mark.interpreter
 def test_a_wrong_dv_fails_the_cell(monkeypatch):
     real = kab.attention_backward
 

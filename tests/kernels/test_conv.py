@@ -8,6 +8,7 @@ from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.conv as kconv
 import fusebench.kernels.gemm_utils as gu
+from fusebench.kernels.gemm_configs import SMEM_STAGING_LIMIT, config, staging_bytes
 from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case, run_twice, spy
 
 
@@ -37,8 +38,18 @@ def test_conv(name, shape, dtype, monkeypatch):
     run_case(name, shape, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_implicit_gemm_configs_fit_shared_memory(dtype):
+    # a channel count below every tile: the fallback is the smallest tile whose pipeline fits
+    hopper = [config(*c) for c in kconv.HOPPER_IGEMM]
+    for cout, cin in ((16, 8), (512, 512)):
+        kept = kconv._prune_igemm(hopper, dict(x_ptr=torch.empty(1, dtype=dtype), K_OUT=cout, C=cin))
+        assert kept and all(staging_bytes(c, dtype.itemsize) <= SMEM_STAGING_LIMIT for c in kept)
+
+
 @pytest.mark.parametrize("shape", [(2, 8, 9, 9, 16, 3, 1, 0), (2, 8, 9, 9, 16, 3, 1, 1), (3, 5, 7, 6, 1, 1, 1, 1),
                                    (1, 70, 3, 3, 70, 1, 1, 1)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.interpreter
 def test_epilogue_kernel_layouts(shape):
     # The 2-D epilogue: channel as the column (channels_last) or as row % C (NCHW), ragged tiles.
     n, cin, h, w, cout, r, stride, cl = shape
@@ -120,6 +131,7 @@ def test_forced_paths_on_repeated_calls(path, monkeypatch, fresh_plans):
         run_twice(name, (2, 8, 5, 5, 16, 1, 1, 1), torch.float16)
 
 
+@pytest.mark.interpreter
 def test_epilogue_and_fold_plans_reused(monkeypatch, fresh_plans):
     made = spy(monkeypatch, kconv, "_epilogue_plan")
     folds = spy(monkeypatch, kconv, "_fold_plan")
