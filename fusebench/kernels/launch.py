@@ -121,8 +121,8 @@ class Launch:
     def triton_launch(self, *args) -> None:
         """The compiled kernel through Triton's launcher."""
         grid = self.grid
-        args = self._described(args) if self.descriptors else args
-        self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *args, *self.tail)
+        self.run(grid[0], grid[1], grid[2], self.stream_of(self.device), *self.head, *self._described(args),
+                 *self.tail)
 
     def jit(self, *args) -> None:
         """Launch through the JIT and keep nothing: a one-off launch (the tuner's, of each
@@ -132,6 +132,8 @@ class Launch:
     def _described(self, args) -> tuple:
         """The arguments with each descriptor's base tensor made its TensorDescriptor."""
         geo = self.descriptors
+        if not geo:
+            return args
         return tuple(unchecked_descriptor(a, *geo[i]) if i in geo else a for i, a in enumerate(args))
 
     def _first(self, args) -> None:
