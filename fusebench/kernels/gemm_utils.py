@@ -3,7 +3,8 @@
 The grouped ("super-grouping") program order used by the GEMM-like kernels, dot precision, the
 `supports` checks that every wrapper in matmul.py / conv.py / attention.py shares, and what their
 per-call fast paths are built from: the problem key (`launch.signature`), a `Launch` of the config a
-triton.autotune chose (`tuned_launch`, TMA descriptors given as geometry), and the CUDA-graph option for multi-kernel paths (`GraphCall`).
+triton.autotune chose (`tuned_launch`, TMA descriptors given as geometry), and the CUDA-graph
+option for multi-kernel paths (`GraphCall`).
 Device facts are in device.py, the tuner in tuning.py, the launcher in launch.py.
 """
 from __future__ import annotations
