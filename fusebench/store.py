@@ -149,10 +149,11 @@ def now() -> str:
 
 
 def _is_wal(path: str) -> bool:
-    """Whether the file's header says WAL mode (bytes 18-19 are 2 for WAL, 1 for rollback)."""
+    """Whether SQLite would read the file through a WAL: the header's write and read versions
+    (bytes 18-19) are 2 for WAL, 1 for rollback, and SQLite opens a WAL on the read version alone."""
     with open(path, "rb") as f:
         head = f.read(20)
-    return len(head) == 20 and head[18] == 2
+    return len(head) == 20 and 2 in (head[18], head[19])
 
 
 def _connect_ro(path: str) -> sqlite3.Connection:

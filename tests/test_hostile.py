@@ -314,7 +314,11 @@ def stores(tmp_path, stored_run):
     data = open(stored_run, "rb").read()
     open(made["truncated"], "wb").write(data[:len(data) // 3 + 100])
     open(made["empty"], "wb").close()
-    open(made["garbage"], "wb").write(b"SQLite format 3\x00" + os.urandom(3000))
+    # random bytes after SQLite's magic, with a rollback write version and a WAL read version: SQLite
+    # would read it through a WAL, which a reader must not create
+    garbage = bytearray(b"SQLite format 3\x00" + os.urandom(3000))
+    garbage[18], garbage[19] = 1, 2
+    open(made["garbage"], "wb").write(bytes(garbage))
     locked = subprocess.run(["chattr", "+i", made["immutable"]], capture_output=True).returncode == 0
     if not locked or os.access(made["immutable"], os.W_OK):
         if locked:
