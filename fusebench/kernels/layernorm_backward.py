@@ -9,40 +9,48 @@ add_rmsnorm's gradient of h (dh) is added to dx in the same kernel.
 Nothing is saved by the forward but its inputs: each row's mean and rstd are recomputed here
 (M values each; reading saved ones would cost as much as recomputing them from the row in hand).
 
-Two variants, chosen by row length (as the forwards' plans are):
+Three variants, chosen by row length (as the forwards' plans are):
 
-* Rows on chip (N <= max_onchip, and for 4-byte inputs N <= FP32_ONCHIP, or FP32_ONCHIP_RMS for
-  RMSNorm): each program takes a contiguous block of rows, one row at a time held whole in
-  registers, with its partial dw and db kept in registers across its rows and written once
-  ([programs, N] fp32), as Liger-Kernel's LayerNorm and RMSNorm backwards do.  A row's sums
-  (four for LayerNorm, two for RMSNorm) are taken in one reduction, so the warps meet once per
-  row.  With `prefetch` the next row's loads
+* Rows on chip (N <= COOP_FROM_N on a GPU; without cooperative launches N <= max_onchip, and for
+  4-byte inputs N <= FP32_ONCHIP, or FP32_ONCHIP_RMS for RMSNorm): each program takes a
+  contiguous block of rows, one row at a time held whole in registers, with its partial dw and db
+  kept in registers across its rows and written once ([programs, N] fp32), as Liger-Kernel's
+  LayerNorm and RMSNorm backwards do.  A row's sums (four for LayerNorm, two for RMSNorm) are
+  taken in one reduction, so the warps meet once per row.  With `prefetch` the next row's loads
   are issued before this row's reduction, so that DRAM stays busy while the warps meet; it costs
   the next row's registers.  It is on by default for 2-byte inputs up to PREFETCH_MAX_N columns
-  (4-12% faster on an H100 at 4096-8192 columns) and off otherwise (fp32 rows gain nothing, and
-  16384 bf16 columns spill: 2-8x slower; docs/kernels.md).  At 16384 columns the kernel spills
-  and runs one program per SM, and is still faster than the long-row kernels for bf16 inputs and
-  for fp32 RMSNorm (725 against 911 µs at fp32 8192x16384 on an H100); fp32 LayerNorm rows of
-  16384 gain 3% on chip, and stay with the long-row kernels (docs/kernels.md).
-* Long rows: the row is walked in chunks by two kernels.  `_row_stats`
-  takes one row per program and writes its four scalars (mean, rstd, mean(g * x-hat), mean(g));
-  `_columns` takes a block of columns over a group of rows, writes dx from those scalars and sums
-  its partial dw and db in registers.  x and dy are read twice, so 5 row-sized tensors move
-  instead of the 3 of the rows-on-chip variant (dx, and x and dy once).
+  (4-12% faster on an H100 at 4096-8192 columns) and off otherwise (fp32 rows gain nothing).
+  Above 8192 columns a row no longer fits a program's registers with its dw and db, and spills.
+* Cooperative rows (COOP_FROM_N < N <= COOP_MAX_N, GPU launches only): the rows-on-chip kernel
+  with each row shared by the programs of a team, a 2048-column chunk each, four programs an SM;
+  they exchange their chunks' sums through global memory (exchange.py), so a row is still read
+  once and no program spills.  The next row's chunk is loaded while the team exchanges: through
+  shared memory (the compiler's pipeliner), or for 2-byte LayerNorm rows into registers, with the
+  weight read again after the exchange so that g = dy * w need not be kept (COOP_ROWS, and
+  docs/kernels.md for the measurements: 1.1-1.7x the other two variants at 16384-65536 columns).
+* Long rows (above COOP_MAX_N, or above the rows-on-chip limits without cooperative launches):
+  the row is walked in chunks by two kernels.  `_row_stats` takes one row per program and writes
+  its four scalars (mean, rstd, mean(g * x-hat), mean(g)); `_columns` takes a block of columns
+  over a group of rows, writes dx from those scalars and sums its partial dw and db in registers.
+  x and dy are read twice, so 5 row-sized tensors move instead of the 3 of the other variants (dx,
+  and x and dy once).
 
-Either way the [programs, N] partials of dw and db are summed by one small kernel that writes
+In every variant the [programs, N] partials of dw and db are summed by one small kernel that writes
 both in the weight's dtype.
 
 All arithmetic is fp32; dx has x's dtype, dw and db the weight's.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import plans
+from fusebench.kernels import exchange, plans
 from fusebench.kernels.device import num_sms
+from fusebench.kernels.exchange import collect, column, coop_layout, exchange_finish, exchange_slots, publish
 from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.norms import layernorm_run
 from fusebench.kernels.rowwise import add2, add4
@@ -66,6 +74,30 @@ COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE = 4, 1024
 # The partial-sum kernel's tile: 32 fp32 columns are one 128-byte line of a partials row, and
 # enough column blocks to cover the SMs at N >= 4096.
 SUM_BLOCK_P, SUM_BLOCK_N = 64, 32
+
+
+@dataclass(frozen=True)
+class CoopRows:
+    """A cooperative launch of the backward: `chunk` columns of a row a program, its warps, the
+    programs an SM, and how a program gets its next row's chunk while it waits for this row's
+    partials: into registers (`prefetch`), or `stages` - 1 rows ahead through shared memory (the
+    compiler's pipeliner); with `reload` the weight is read again after the exchange."""
+
+    chunk: int = 2048
+    warps: int = 4
+    per_sm: int = 4
+    prefetch: bool = False
+    stages: int | None = None
+    reload: bool = False
+
+
+# Sweeps on an H100 (docs/kernels.md) put these first or within 3% of first at 8192x16384,
+# 1024x65536 and 128x65536: the shared-memory pipeline everywhere but 2-byte LayerNorm rows, where
+# it is 1.2x slower than the register prefetch (more values live across the exchange).
+COOP_ROWS = CoopRows(stages=2)
+COOP_ROWS_2BYTE_CENTERED = CoopRows(prefetch=True, reload=True)
+COOP_FROM_N, COOP_MAX_N = 8192, 65536
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,6 +178,83 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
     tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
     if CENTER:
         tl.store(db_ptr + pid * N + cols, db, mask=ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# cooperative rows
+
+
+@triton.jit
+def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, sync_ptr, words, M, N, stride_dy,
+                      stride_x, stride_dh, stride_dx, eps, SPLITS, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
+                      PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, WARPS: tl.constexpr,
+                      STAGES: tl.constexpr, RELOAD: tl.constexpr):
+    # _rows_kernel with a row shared by SPLITS programs (exchange.coop_layout): each holds its
+    # chunk of the row, and of dw and db, in registers and publishes the chunk's sums; every
+    # program of the row adds the row's SPLITS partials itself.  Rows past M are skipped by the
+    # whole team alike.  With PREFETCH a program loads its next row's chunk while it waits; with
+    # STAGES > 1 the pipeliner does so through shared memory (the load is outside the `if` for it).
+    pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
+    ok = cols < N
+    HOLD_W: tl.constexpr = not PREFETCH and not RELOAD
+    if HOLD_W:
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], tl.float32)
+    db = tl.zeros([BLOCK_N], tl.float32)
+    K: tl.constexpr = 4 if CENTER else 2
+    i = tl.arange(0, K)
+    if PREFETCH:
+        x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, (pid // SPLITS).to(tl.int64), M, N, stride_dy,
+                                            stride_x, cols, CENTER)
+    for rnd in tl.range(0, rounds, num_stages=STAGES):
+        row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        if PREFETCH:
+            x_in, dy_in, k = x_next, dy_next, k_next
+        else:
+            x_in, dy_in, k = _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER)
+        if row < M:
+            mask = ok
+            x = x_in.to(tl.float32)
+            dy = dy_in.to(tl.float32)
+            if not HOLD_W:  # the weight from cache: its registers hold the next row
+                w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            g = dy * w
+            if CENTER:
+                d = tl.where(mask, x - k, 0.0)
+                s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
+                parts = tl.where(i == 0, s_d, tl.where(i == 1, s_dd, tl.where(i == 2, s_g, s_gd)))
+            else:
+                s_xx, s_gx = tl.reduce((x * x, g * x), 0, add2)
+                parts = tl.where(i == 0, s_xx, s_gx)
+            publish(exchange_slots(sync_ptr, pid, rnd), parts, epoch + 1 + rnd)
+            if PREFETCH:
+                nxt = row + rows_at_once
+                x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, nxt, M, N, stride_dy, stride_x, cols, CENTER)
+            sums = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
+            if RELOAD:
+                g = dy * tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            if CENTER:
+                mean_d = tl.sum(column(sums, 0), 0) / N
+                mean_g = tl.sum(column(sums, 2), 0) / N
+                rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(column(sums, 1), 0) / N - mean_d * mean_d, 0.0) + eps)
+                xhat = (d - mean_d) * rstd
+                c1 = rstd * (tl.sum(column(sums, 3), 0) / N - mean_d * mean_g)
+                dx = rstd * (g - mean_g - xhat * c1)
+            else:
+                rstd = 1.0 / tl.sqrt(tl.sum(column(sums, 0), 0) / N + eps)
+                xhat = x * rstd
+                dx = rstd * (g - xhat * (rstd * tl.sum(column(sums, 1), 0) / N))
+            if HAS_DH:
+                dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+            dw += dy * xhat
+            if CENTER:
+                db += dy
+    # the team's partials: row pid // SPLITS of [rows_at_once, N], this program's columns
+    tl.store(dw_ptr + (pid // SPLITS) * N + cols, dw, mask=ok)
+    if CENTER:
+        tl.store(db_ptr + (pid // SPLITS) * N + cols, db, mask=ok)
+    exchange_finish(sync_ptr, words, epoch, rounds)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,6 +408,28 @@ def _rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None, prefet
     return partials, [launch], programs
 
 
+def _coop_plan(dy, x, dh, center: bool, eps: float, shape: CoopRows):
+    M, N = x.shape
+    coop = plans.coop_plan(M, N, x.device, chunk=shape.chunk, num_warps=shape.warps, per_sm=shape.per_sm,
+                           prefetch=shape.prefetch, stages=shape.stages)
+    if coop.stages and not plans.coop_stages_fit(coop, x.device, x.element_size(), row_inputs=2):
+        coop = replace(coop, stages=None)  # a cooperative grid must fit at once: no staging then
+    rows_at_once = coop.grid // coop.splits
+    launch = Launch(_coop_rows_kernel, (coop.grid,), dict(
+        CENTER=center, HAS_DH=dh is not dy, BLOCK_N=coop.block_n, num_warps=coop.num_warps, RELOAD=shape.reload,
+        **plans.coop_launch_args(coop, x.device)))
+    sync = exchange.exchange_buffer(x.device, coop.grid)
+    ints = (sync, sync.numel(), M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, coop.splits)  # dx is dense
+
+    def partials(dy, x, w, dh, dx):
+        dw = x.new_empty((rows_at_once, N), dtype=torch.float32)
+        db = x.new_empty((rows_at_once, N), dtype=torch.float32) if center else dw
+        launch(dy, x, w, dh, dx, dw, db, *ints)
+        return dw, db
+
+    return partials, [launch], rows_at_once
+
+
 def _long_rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None):
     M, N = x.shape
     few_rows = x.device.type == "cuda" and M <= num_sms(x.device)
@@ -330,10 +461,13 @@ def _long_rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None):
     return partials, [stats, columns], groups
 
 
-def _plan(dy, x, w, dh, center: bool, eps: float, onchip: bool, programs: int | None, prefetch: bool):
+def _plan(dy, x, w, dh, center: bool, eps: float, onchip: bool, programs: int | None, prefetch: bool,
+          coop: CoopRows | None):
     """plan(dy, x, w, dh) -> (dx, dw, db) for this key, and its launches."""
     M, N = x.shape
-    if onchip:
+    if coop is not None:
+        partials, launches, n_partials = _coop_plan(dy, x, dh, center, eps, coop)
+    elif onchip:
         partials, launches, n_partials = _rows_plan(dy, x, dh, center, eps, programs, prefetch)
     else:
         partials, launches, n_partials = _long_rows_plan(dy, x, dh, center, eps, programs)
@@ -367,23 +501,32 @@ def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _coop_rows(M: int, N: int, device) -> bool:
+    """Whether rows of N columns take the cooperative kernel: on a GPU, above COOP_FROM_N columns
+    (rows that spill on chip, or would be read twice by the long-row kernels) and up to
+    COOP_MAX_N."""
+    return plans.coop_enabled(device) and COOP_FROM_N < N <= COOP_MAX_N
+
+
 # {problem key: (plan, its launches)}
 _PLANS: dict = {}
 
 
 def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
-                  programs: int | None = None, prefetch: bool | None = None, kernels: list | None = None):
+                  programs: int | None = None, prefetch: bool | None = None, coop: CoopRows | bool | None = None,
+                  kernels: list | None = None):
     """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
     given dy; with dh, dx also carries it.  Rows longer than `max_onchip` take the long-row
     kernels.  `programs` sets how many programs share the rows (tests), `prefetch` whether rows on
-    chip load the next row ahead (None: by dtype and row length, module docstring), `kernels`
+    chip load the next row ahead (None: by dtype and row length, module docstring), `coop` the
+    cooperative launch (None: COOP_ROWS where _coop_rows says so; False: none), `kernels`
     collects the compiled kernels launched (a GPU test reads their spill counts)."""
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
     has_dh = dh is not None
     dh = _rows_contiguous(dh) if has_dh else dy  # `dh is dy` tells the kernels there is none
-    key = (signature(dy, x, w, dh if has_dh else None), center, eps, max_onchip, programs, prefetch)
+    key = (signature(dy, x, w, dh if has_dh else None), center, eps, max_onchip, programs, prefetch, coop)
     found = _PLANS.get(key)
     if found is None:
         M, N = x.shape
@@ -394,7 +537,13 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
                        else min(max_onchip, FP32_ONCHIP if center else FP32_ONCHIP_RMS))
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
-        found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch)
+        if coop is None:
+            wide_ln = center and x.element_size() <= 2
+            coop = ((COOP_ROWS_2BYTE_CENTERED if wide_ln else COOP_ROWS)
+                    if programs is None and _coop_rows(M, N, x.device) else None)
+        elif coop is False or not plans.coop_enabled(x.device):
+            coop = None
+        found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop)
     plan, launches = found
     dx, dw, db = plan(dy, x, w, dh)
     if kernels is not None:

@@ -12,7 +12,7 @@ from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
 from kernel_checks import FAST_TIMING, close, grads
 
-pytestmark = pytest.mark.interpreter  # CPU tensors throughout
+pytestmark = pytest.mark.interpreter  # CPU tensors, but for the GPU test
 
 
 @pytest.mark.parametrize("shape", [(5, 37), (3, 1000)])
@@ -83,6 +83,66 @@ def test_norm_backward_rows_on_chip_variants(center, prefetch):
     for a, r in zip(got[1:], want[1:]):
         close(a, r, tol=1e-4)
     assert (got[2] is None) == (not center)
+
+
+def _norm_reference(x, w, dy, dh, center):
+    N = x.shape[1]
+    if center:
+        ref = lambda a, c, d: F.layer_norm(a, (N,), c, d, 1e-5)  # noqa: E731
+        _, want = grads(ref, (x.double(), w.double(), torch.zeros(N, dtype=torch.float64, device=x.device)),
+                        dy.double())
+    else:
+        _, want = grads(lambda a, c: F.rms_norm(a, (N,), c, 1e-5), (x.double(), w.double()), dy.double())
+    return [want[0] + dh.double()] + want[1:]
+
+
+COOP_VARIANTS = [klnb.CoopRows(512, 4, 1, stages=2), klnb.CoopRows(512, 4, 2, prefetch=True, reload=True),
+                 klnb.CoopRows(512, 4, 1)]
+
+
+@pytest.mark.parametrize("coop", COOP_VARIANTS)
+@pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
+def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, monkeypatch):
+    # The interpreter runs one program at a time, so only a team of one program a row (a chunk
+    # of 512 >= 301 columns) can finish; its exchange is the real one.  13 rows over 4 or 8
+    # programs: the last round has rows past M, and the prefetch runs past the last row.
+    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(klnb, "_PLANS", {})
+    M, N = 13, 301
+    g = torch.Generator().manual_seed(N)
+    x = torch.randn(M, N, generator=g) + 1000
+    w, dy, dh = torch.randn(N, generator=g), torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
+    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop)
+    (_, launches), = klnb._PLANS.values()
+    assert launches[0].jit_fn is klnb._coop_rows_kernel
+    for a, r in zip(got, _norm_reference(x, w, dy, dh, center)):
+        close(a, r, tol=1e-4)
+    assert (got[2] is None) == (not center)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(7, 16384), (300, 9000), (129, 40000)])
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
+    # Teams of 5-20 programs a row, ragged last chunks (9000, 40000 columns), rows past M in the
+    # last round; the heuristic's launch and the other way of loading the next row.
+    M, N = shape
+    g = torch.Generator(device="cuda").manual_seed(N)
+    x = torch.randn(M, N, generator=g, device="cuda") * 2 + 30
+    w, dy, dh = (torch.randn(N, generator=g, device="cuda"), torch.randn(M, N, generator=g, device="cuda"),
+                 torch.randn(M, N, generator=g, device="cuda"))
+    x, w, dy, dh = (t.to(dtype) for t in (x, w, dy, dh))
+    want = _norm_reference(x, w, dy, dh, center)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    other = klnb.CoopRows(prefetch=True, reload=True) if dtype == torch.float32 or not center else klnb.CoopRows(
+        stages=2)
+    for coop in (None, other):
+        kernels = []
+        got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, kernels=kernels)
+        assert kernels[0].name == "_coop_rows_kernel"
+        for a, r in zip(got, want):
+            close(a, r, tol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
