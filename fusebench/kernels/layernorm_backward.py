@@ -24,10 +24,9 @@ Three variants, chosen by row length (as the forwards' plans are):
 * Cooperative rows (COOP_FROM_N < N <= COOP_MAX_N, GPU launches only): the rows-on-chip kernel
   with each row shared by the programs of a team, a 2048-column chunk each, four programs an SM;
   they exchange their chunks' sums through global memory (exchange.py), so a row is still read
-  once and no program spills.  The next row's chunk is loaded while the team exchanges: through
-  shared memory (the compiler's pipeliner), or for 2-byte LayerNorm rows into registers, with the
-  weight read again after the exchange so that g = dy * w need not be kept (COOP_ROWS, and
-  docs/kernels.md for the measurements: 1.1-1.7x the other two variants at 16384-65536 columns).
+  once and a program holds 16 columns of it a thread (LayerNorm spills 4 registers).  The next
+  row's chunk is loaded while the team exchanges, through shared memory (COOP_ROWS; on an H100
+  1.1-1.6x the other two variants at 16384-65536 columns, docs/kernels.md).
 * Long rows (above COOP_MAX_N, or above the rows-on-chip limits without cooperative launches):
   the row is walked in chunks by two kernels.  `_row_stats` takes one row per program and writes
   its four scalars (mean, rstd, mean(g * x-hat), mean(g)); `_columns` takes a block of columns
@@ -81,21 +80,19 @@ class CoopRows:
     """A cooperative launch of the backward: `chunk` columns of a row a program, its warps, the
     programs an SM, and how a program gets its next row's chunk while it waits for this row's
     partials: into registers (`prefetch`), or `stages` - 1 rows ahead through shared memory (the
-    compiler's pipeliner); with `reload` the weight is read again after the exchange."""
+    compiler's pipeliner)."""
 
     chunk: int = 2048
     warps: int = 4
     per_sm: int = 4
     prefetch: bool = False
     stages: int | None = None
-    reload: bool = False
 
 
-# Sweeps on an H100 (docs/kernels.md) put these first or within 3% of first at 8192x16384,
-# 1024x65536 and 128x65536: the shared-memory pipeline everywhere but 2-byte LayerNorm rows, where
-# it is 1.2x slower than the register prefetch (more values live across the exchange).
+# Sweeps on an H100 (docs/kernels.md): first, or within 3% of first, for RMSNorm, add_rmsnorm and
+# LayerNorm in bf16 and fp32 at 8192x16384 and 1024x65536 (the register prefetch is 1.0-1.3x
+# slower; 1024-column chunks at 2 warps gain up to 6% at 16384 columns and lose up to 16% at 65536).
 COOP_ROWS = CoopRows(stages=2)
-COOP_ROWS_2BYTE_CENTERED = CoopRows(prefetch=True, reload=True)
 COOP_FROM_N, COOP_MAX_N = 8192, 65536
 
 
@@ -185,42 +182,66 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
 
 
 @triton.jit
+def _chunk(dy_ptr, x_ptr, dh_ptr, row, M, N, stride_dy, stride_x, stride_dh, cols, HAS_DH: tl.constexpr):
+    # A row's chunk of x, dy and dh (x again without dh), in their dtype; rows past M load nothing.
+    mask = cols < tl.where(row < M, N, 0)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0)
+    dh = tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0) if HAS_DH else x
+    return x, dy, dh
+
+
+@triton.jit
+def _shift(x_ptr, row, M, stride_x, CENTER: tl.constexpr):
+    # LayerNorm's shift k, the row's first element (the same for every program of the row); 0
+    if CENTER:
+        return tl.load(x_ptr + row * stride_x, mask=row < M, other=0.0).to(tl.float32)
+    return tl.full([], 0.0, tl.float32)
+
+
+@triton.jit
 def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, sync_ptr, words, M, N, stride_dy,
                       stride_x, stride_dh, stride_dx, eps, SPLITS, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
                       PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, WARPS: tl.constexpr,
-                      STAGES: tl.constexpr, RELOAD: tl.constexpr):
+                      STAGES: tl.constexpr):
     # _rows_kernel with a row shared by SPLITS programs (exchange.coop_layout): each holds its
     # chunk of the row, and of dw and db, in registers and publishes the chunk's sums; every
     # program of the row adds the row's SPLITS partials itself.  Rows past M are skipped by the
-    # whole team alike.  With PREFETCH a program loads its next row's chunk while it waits; with
-    # STAGES > 1 the pipeliner does so through shared memory (the load is outside the `if` for it).
+    # whole team alike.  The next row's chunk is loaded while the team exchanges: into registers
+    # with PREFETCH, through shared memory with STAGES > 1 (the pipeliner; the loads sit outside
+    # the `if` for it).  The shift k is loaded a row ahead either way: a load of it in the round
+    # would put a DRAM round trip before every row's sums.
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     ok = cols < N
-    HOLD_W: tl.constexpr = not PREFETCH and not RELOAD
-    if HOLD_W:
+    if not PREFETCH:
         w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], tl.float32)
     db = tl.zeros([BLOCK_N], tl.float32)
     K: tl.constexpr = 4 if CENTER else 2
     i = tl.arange(0, K)
+    first = (pid // SPLITS).to(tl.int64)
+    k_next = _shift(x_ptr, first, M, stride_x, CENTER)
     if PREFETCH:
-        x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, (pid // SPLITS).to(tl.int64), M, N, stride_dy,
-                                            stride_x, cols, CENTER)
+        x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, first, M, N, stride_dy, stride_x, stride_dh, cols,
+                                          HAS_DH)
     for rnd in tl.range(0, rounds, num_stages=STAGES):
         row = (rnd * rows_at_once + pid // SPLITS).to(tl.int64)
+        nxt = row + rows_at_once
+        k = k_next
+        k_next = _shift(x_ptr, nxt, M, stride_x, CENTER)
         if PREFETCH:
-            x_in, dy_in, k = x_next, dy_next, k_next
+            x_in, dy_in, dh_in = x_next, dy_next, dh_next
         else:
-            x_in, dy_in, k = _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER)
+            x_in, dy_in, dh_in = _chunk(dy_ptr, x_ptr, dh_ptr, row, M, N, stride_dy, stride_x, stride_dh, cols,
+                                        HAS_DH)
         if row < M:
-            mask = ok
             x = x_in.to(tl.float32)
             dy = dy_in.to(tl.float32)
-            if not HOLD_W:  # the weight from cache: its registers hold the next row
+            if PREFETCH:  # the weight from cache: its registers hold the next row
                 w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
             g = dy * w
             if CENTER:
-                d = tl.where(mask, x - k, 0.0)
+                d = tl.where(ok, x - k, 0.0)
                 s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
                 parts = tl.where(i == 0, s_d, tl.where(i == 1, s_dd, tl.where(i == 2, s_g, s_gd)))
             else:
@@ -228,11 +249,9 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, sync
                 parts = tl.where(i == 0, s_xx, s_gx)
             publish(exchange_slots(sync_ptr, pid, rnd), parts, epoch + 1 + rnd)
             if PREFETCH:
-                nxt = row + rows_at_once
-                x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, nxt, M, N, stride_dy, stride_x, cols, CENTER)
+                x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, nxt, M, N, stride_dy, stride_x, stride_dh,
+                                                  cols, HAS_DH)
             sums = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
-            if RELOAD:
-                g = dy * tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
             if CENTER:
                 mean_d = tl.sum(column(sums, 0), 0) / N
                 mean_g = tl.sum(column(sums, 2), 0) / N
@@ -245,8 +264,8 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, sync
                 xhat = x * rstd
                 dx = rstd * (g - xhat * (rstd * tl.sum(column(sums, 1), 0) / N))
             if HAS_DH:
-                dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+                dx += dh_in.to(tl.float32)
+            tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
             dw += dy * xhat
             if CENTER:
                 db += dy
@@ -412,11 +431,11 @@ def _coop_plan(dy, x, dh, center: bool, eps: float, shape: CoopRows):
     M, N = x.shape
     coop = plans.coop_plan(M, N, x.device, chunk=shape.chunk, num_warps=shape.warps, per_sm=shape.per_sm,
                            prefetch=shape.prefetch, stages=shape.stages)
-    if coop.stages and not plans.coop_stages_fit(coop, x.device, x.element_size(), row_inputs=2):
+    if coop.stages and not plans.coop_stages_fit(coop, x.device, x.element_size(), row_inputs=2 if dh is dy else 3):
         coop = replace(coop, stages=None)  # a cooperative grid must fit at once: no staging then
     rows_at_once = coop.grid // coop.splits
     launch = Launch(_coop_rows_kernel, (coop.grid,), dict(
-        CENTER=center, HAS_DH=dh is not dy, BLOCK_N=coop.block_n, num_warps=coop.num_warps, RELOAD=shape.reload,
+        CENTER=center, HAS_DH=dh is not dy, BLOCK_N=coop.block_n, num_warps=coop.num_warps,
         **plans.coop_launch_args(coop, x.device)))
     sync = exchange.exchange_buffer(x.device, coop.grid)
     ints = (sync, sync.numel(), M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, coop.splits)  # dx is dense
@@ -538,9 +557,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
         if coop is None:
-            wide_ln = center and x.element_size() <= 2
-            coop = ((COOP_ROWS_2BYTE_CENTERED if wide_ln else COOP_ROWS)
-                    if programs is None and _coop_rows(M, N, x.device) else None)
+            coop = COOP_ROWS if programs is None and _coop_rows(M, N, x.device) else None
         elif coop is False or not plans.coop_enabled(x.device):
             coop = None
         found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop)
