@@ -102,18 +102,21 @@ COOP_FROM_N, COOP_MAX_N = 8192, 65536
 
 
 @triton.jit
-def _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER: tl.constexpr):
-    # x and dy in their own dtype (a prefetched row then holds half the registers for 2-byte
-    # inputs), and the shift k: the row's first element for LayerNorm, 0 for RMSNorm.  Rows past
-    # M load nothing (x = dy = 0 add nothing to dw, db).
+def _chunk(dy_ptr, x_ptr, dh_ptr, row, M, N, stride_dy, stride_x, stride_dh, cols, HAS_DH: tl.constexpr):
+    # A row's chunk of x, dy and dh (x again without dh), in their dtype; rows past M load nothing.
     mask = cols < tl.where(row < M, N, 0)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0)
+    dh = tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0) if HAS_DH else x
+    return x, dy, dh
+
+
+@triton.jit
+def _shift(x_ptr, row, M, stride_x, CENTER: tl.constexpr):
+    # LayerNorm's shift k, the row's first element (the same for every program of the row); 0
     if CENTER:
-        k = tl.load(x_ptr + row * stride_x, mask=row < M, other=0.0).to(tl.float32)
-    else:
-        k = tl.full([], 0.0, tl.float32)
-    return x, dy, k
+        return tl.load(x_ptr + row * stride_x, mask=row < M, other=0.0).to(tl.float32)
+    return tl.full([], 0.0, tl.float32)
 
 
 @triton.jit
@@ -125,7 +128,9 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
     # rather than one per sum), over d = x - k with k the row's first element, so that a large
     # mean neither costs the sums their low bits nor cancels the variance away.  With PREFETCH
     # the next row's loads are issued before this row's reduction, so that memory stays busy
-    # while the warps wait on each other.
+    # while the warps wait on each other.  The shift k is loaded a row ahead and dh with the
+    # row, as in the cooperative kernel (here it makes no measured difference: the loads of a
+    # row on chip are all in flight together).
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
@@ -134,20 +139,25 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
     dw = tl.zeros([BLOCK_N], tl.float32)
     db = tl.zeros([BLOCK_N], tl.float32)
     first = pid * rows_per_program
+    last = tl.minimum(M, first + rows_per_program)  # rows from here on load nothing
+    k_next = _shift(x_ptr, first.to(tl.int64), last, stride_x, CENTER)
     if PREFETCH:
-        x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, first.to(tl.int64), M, N, stride_dy, stride_x, cols,
-                                            CENTER)
+        x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, first.to(tl.int64), last, N, stride_dy, stride_x,
+                                          stride_dh, cols, HAS_DH)
     for i in tl.range(0, rows_per_program):
         row = (first + i).to(tl.int64)
         mask = cols < tl.where(row < M, N, 0)
+        k = k_next
+        k_next = _shift(x_ptr, row + 1, last, stride_x, CENTER)
         if PREFETCH:
-            x_in, dy_in, k = x_next, dy_next, k_next
-            x_next, dy_next, k_next = _load_row(dy_ptr, x_ptr, row + 1, tl.minimum(M, first + rows_per_program),
-                                                N, stride_dy, stride_x, cols, CENTER)
+            x_in, dy_in, dh_in = x_next, dy_next, dh_next
+            x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, row + 1, last, N, stride_dy, stride_x, stride_dh,
+                                              cols, HAS_DH)
             # the weight read again each row (from cache): its registers hold the next row
             w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         else:
-            x_in, dy_in, k = _load_row(dy_ptr, x_ptr, row, M, N, stride_dy, stride_x, cols, CENTER)
+            x_in, dy_in, dh_in = _chunk(dy_ptr, x_ptr, dh_ptr, row, last, N, stride_dy, stride_x, stride_dh, cols,
+                                        HAS_DH)
         x = x_in.to(tl.float32)
         dy = dy_in.to(tl.float32)
         g = dy * w
@@ -167,7 +177,7 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
             xhat = x * rstd
             dx = rstd * (g - xhat * (rstd * s_gx / N))
         if HAS_DH:
-            dx += tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0).to(tl.float32)
+            dx += dh_in.to(tl.float32)
         tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy * xhat
         if CENTER:
@@ -179,24 +189,6 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
 
 # ----------------------------------------------------------------------------------------------
 # cooperative rows
-
-
-@triton.jit
-def _chunk(dy_ptr, x_ptr, dh_ptr, row, M, N, stride_dy, stride_x, stride_dh, cols, HAS_DH: tl.constexpr):
-    # A row's chunk of x, dy and dh (x again without dh), in their dtype; rows past M load nothing.
-    mask = cols < tl.where(row < M, N, 0)
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + row * stride_dy + cols, mask=mask, other=0.0)
-    dh = tl.load(dh_ptr + row * stride_dh + cols, mask=mask, other=0.0) if HAS_DH else x
-    return x, dy, dh
-
-
-@triton.jit
-def _shift(x_ptr, row, M, stride_x, CENTER: tl.constexpr):
-    # LayerNorm's shift k, the row's first element (the same for every program of the row); 0
-    if CENTER:
-        return tl.load(x_ptr + row * stride_x, mask=row < M, other=0.0).to(tl.float32)
-    return tl.full([], 0.0, tl.float32)
 
 
 @triton.jit
