@@ -173,7 +173,9 @@ def test_run_returns_the_plan_it_launched(name):
     args = inputs(name, (3, 300), torch.float32, seed=2)
     out, plan = KERNELS[name].run(*args)
     check(name, out, args)
-    assert plan == PLANS[name](3, 300, DEVICE)[0]  # no tuning off the GPU: the heuristic's plan
+    cands = PLANS[name](3, 300, DEVICE)
+    # no tuning off the GPU: the heuristic's plan; on a GPU the tuner's choice among the candidates
+    assert plan == cands[0] if torch.device(DEVICE).type == "cpu" else plan in cands
     forced = plans.loop_plan(64, 4)
     out, plan = rowwise.run(OPS[name], args[:OPS[name].inputs], args[OPS[name].inputs:], lambda: [], forced, "")
     assert plan == forced
