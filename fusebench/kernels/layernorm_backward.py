@@ -89,12 +89,11 @@ class CoopRows:
     stages: int | None = None
 
 
-# Sweeps on an H100 (docs/kernels.md): first, or within 3% of first, for RMSNorm, add_rmsnorm and
-# LayerNorm in bf16 and fp32 at 8192x16384 and 1024x65536 (the register prefetch is 1.0-1.3x
-# slower; 1024-column chunks at 2 warps gain up to 6% at 16384 columns and lose up to 16% at 65536).
+# Sweeps on an H100 (docs/kernels.md): first, or within 6% of first, for RMSNorm, add_rmsnorm and
+# LayerNorm in bf16 and fp32 at 8192x16384 and 1024x65536 (the register prefetch runs at 0.83-1.01x
+# its speed; 1024-column chunks at 2 warps gain up to 6% at 16384 columns and lose up to 17% at 65536).
 COOP_ROWS = CoopRows(stages=2)
 COOP_FROM_N, COOP_MAX_N = 8192, 65536
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -514,7 +513,7 @@ def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _coop_rows(M: int, N: int, device) -> bool:
+def _coop_rows(N: int, device) -> bool:
     """Whether rows of N columns take the cooperative kernel: on a GPU, above COOP_FROM_N columns
     (rows that spill on chip, or would be read twice by the long-row kernels) and up to
     COOP_MAX_N."""
@@ -530,10 +529,11 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
                   kernels: list | None = None):
     """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
     given dy; with dh, dx also carries it.  Rows longer than `max_onchip` take the long-row
-    kernels.  `programs` sets how many programs share the rows (tests), `prefetch` whether rows on
-    chip load the next row ahead (None: by dtype and row length, module docstring), `coop` the
-    cooperative launch (None: COOP_ROWS where _coop_rows says so; False: none), `kernels`
-    collects the compiled kernels launched (a GPU test reads their spill counts)."""
+    kernels, unless they take the cooperative one (module docstring).  `programs` sets how many
+    programs share the rows (tests), `prefetch` whether rows on chip load the next row ahead
+    (None: by dtype and row length, module docstring), `coop` the cooperative launch (None:
+    COOP_ROWS where _coop_rows says so; False: none), `kernels` collects the compiled kernels
+    launched (a GPU test reads their spill counts)."""
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
@@ -551,7 +551,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
         if coop is None:
-            coop = COOP_ROWS if programs is None and _coop_rows(M, N, x.device) else None
+            coop = COOP_ROWS if programs is None and _coop_rows(N, x.device) else None
         elif coop is False or not plans.coop_enabled(x.device):
             coop = None
         found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop)

@@ -120,6 +120,24 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, monkeypa
     assert (got[2] is None) == (not center)
 
 
+def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypatch):
+    # rows of 8193-65536 columns on a GPU; a forced launch shape is ignored where cooperative
+    # launches cannot run (the interpreter, FUSEBENCH_COOP=0): the rows-on-chip kernel then
+    assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536)] == [False] * 3
+    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536, 65537)] == [False, True, True, False]
+    monkeypatch.undo()
+    monkeypatch.setattr(klnb, "_PLANS", {})
+    g = torch.Generator().manual_seed(37)
+    x, w, dy, dh = torch.randn(5, 37, generator=g), torch.randn(37, generator=g), torch.randn(5, 37, generator=g), \
+        torch.randn(5, 37, generator=g)
+    got = klnb.norm_backward(dy, x, w, dh, center=True, eps=1e-5, coop=klnb.CoopRows(64, 4, 1, stages=2))
+    for a, b in zip(got, _norm_reference(x, w, dy, dh, True)):
+        close(a, b, tol=1e-4)
+    (_, launches), = klnb._PLANS.values()
+    assert launches[0].jit_fn is klnb._rows_kernel
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(7, 16384), (300, 9000), (129, 40000)])
 @pytest.mark.parametrize("center", [True, False])
