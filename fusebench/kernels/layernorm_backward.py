@@ -119,32 +119,6 @@ def _shift(x_ptr, row, M, stride_x, CENTER: tl.constexpr):
 
 
 @triton.jit
-def _row_grads(x, d, dy, g, dh, s0, s1, s2, s3, dx_ptrs, mask, dw, db, N, eps, CENTER: tl.constexpr,
-               HAS_DH: tl.constexpr):
-    # A row's dx (stored) and its terms of dw and db (added), from the row's sums: LayerNorm's
-    # s0..s3 are those of d, d^2, g and g * d; RMSNorm's s0, s1 those of x^2 and g * x.
-    if CENTER:
-        mean_d = s0 / N
-        mean_g = s2 / N
-        rstd = 1.0 / tl.sqrt(tl.maximum(s1 / N - mean_d * mean_d, 0.0) + eps)
-        xhat = (d - mean_d) * rstd
-        # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
-        c1 = rstd * (s3 / N - mean_d * mean_g)
-        dx = rstd * (g - mean_g - xhat * c1)
-    else:
-        rstd = 1.0 / tl.sqrt(s0 / N + eps)
-        xhat = x * rstd
-        dx = rstd * (g - xhat * (rstd * s1 / N))
-    if HAS_DH:
-        dx += dh.to(tl.float32)
-    tl.store(dx_ptrs, dx.to(dx_ptrs.dtype.element_ty), mask=mask)
-    dw += dy * xhat
-    if CENTER:
-        db += dy
-    return dw, db
-
-
-@triton.jit
 def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x, stride_dh,
                  stride_dx, eps, rows_per_program, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
                  PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -188,13 +162,25 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
         g = dy * w
         if CENTER:
             d = tl.where(mask, x - k, 0.0)
-            s0, s1, s2, s3 = tl.reduce((d, d * d, g, g * d), 0, add4)
+            s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
+            mean_d = s_d / N
+            mean_g = s_g / N
+            rstd = 1.0 / tl.sqrt(tl.maximum(s_dd / N - mean_d * mean_d, 0.0) + eps)
+            xhat = (d - mean_d) * rstd
+            # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
+            c1 = rstd * (s_gd / N - mean_d * mean_g)
+            dx = rstd * (g - mean_g - xhat * c1)
         else:
-            d = x
-            s0, s1 = tl.reduce((x * x, g * x), 0, add2)
-            s2, s3 = s0, s1
-        dw, db = _row_grads(x, d, dy, g, dh_in, s0, s1, s2, s3, dx_ptr + row * stride_dx + cols, mask, dw, db, N,
-                            eps, CENTER, HAS_DH)
+            s_xx, s_gx = tl.reduce((x * x, g * x), 0, add2)
+            rstd = 1.0 / tl.sqrt(s_xx / N + eps)
+            xhat = x * rstd
+            dx = rstd * (g - xhat * (rstd * s_gx / N))
+        if HAS_DH:
+            dx += dh_in.to(tl.float32)
+        tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        if CENTER:
+            db += dy
     tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
     if CENTER:
         tl.store(db_ptr + pid * N + cols, db, mask=ok)
@@ -257,13 +243,23 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, sync
                 x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, nxt, M, N, stride_dy, stride_x, stride_dh,
                                                   cols, HAS_DH)
             sums = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
-            s0, s1 = tl.sum(column(sums, 0), 0), tl.sum(column(sums, 1), 0)
             if CENTER:
-                s2, s3 = tl.sum(column(sums, 2), 0), tl.sum(column(sums, 3), 0)
+                mean_d = tl.sum(column(sums, 0), 0) / N
+                mean_g = tl.sum(column(sums, 2), 0) / N
+                rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(column(sums, 1), 0) / N - mean_d * mean_d, 0.0) + eps)
+                xhat = (d - mean_d) * rstd
+                c1 = rstd * (tl.sum(column(sums, 3), 0) / N - mean_d * mean_g)
+                dx = rstd * (g - mean_g - xhat * c1)
             else:
-                d, s2, s3 = x, s0, s1
-            dw, db = _row_grads(x, d, dy, g, dh_in, s0, s1, s2, s3, dx_ptr + row * stride_dx + cols, ok, dw, db, N,
-                                eps, CENTER, HAS_DH)
+                rstd = 1.0 / tl.sqrt(tl.sum(column(sums, 0), 0) / N + eps)
+                xhat = x * rstd
+                dx = rstd * (g - xhat * (rstd * tl.sum(column(sums, 1), 0) / N))
+            if HAS_DH:
+                dx += dh_in.to(tl.float32)
+            tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
+            dw += dy * xhat
+            if CENTER:
+                db += dy
     # the team's partials: row pid // SPLITS of [rows_at_once, N], this program's columns
     tl.store(dw_ptr + (pid // SPLITS) * N + cols, dw, mask=ok)
     if CENTER:
