@@ -99,6 +99,12 @@ def _ln_reread_acc(chunk, stats, ok, k):
 
 @triton.jit
 def _ln_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    return _ln_tile_saving(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)[0]
+
+
+@triton.jit
+def _ln_tile_saving(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    # (the rows' output, their (mean, rstd))
     x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=0.0).to(tl.float32)
     if PREFETCH:  # weight and bias in flight with the rows
         w = tl.load(prm[0] + c, mask=c < N, other=0.0).to(tl.float32)
@@ -116,7 +122,7 @@ def _ln_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
     if not PREFETCH:
         w = tl.load(prm[0] + c, mask=c < N, other=0.0).to(tl.float32)
         b = tl.load(prm[1] + c, mask=c < N, other=0.0).to(tl.float32)
-    return xc * rstd[:, None] * w[None, :] + b[None, :]
+    return xc * rstd[:, None] * w[None, :] + b[None, :], (k + mean_d, rstd)
 
 
 @triton.jit
@@ -147,7 +153,8 @@ def _plan_holds_wb(plan: plans.RowPlan, register_cap: int) -> bool:
 LAYERNORM = RowOp("layernorm", load=_x0, params=_weight_bias, shift=_first_element, init=_ln_init, acc=_ln_acc,
                   total=_ln_total, merge=_ln_merge, apply=_ln_apply, tile=_ln_tile, coop_stats=_ln_coop_stats,
                   coop_merge=_ln_coop_merge, coop_apply=_ln_apply, reread_init=_ln_reread_init,
-                  reread_acc=_ln_reread_acc, n_params=2, eps=LAYERNORM_EPS, holds_params=_plan_holds_wb)
+                  reread_acc=_ln_reread_acc, n_params=2, eps=LAYERNORM_EPS, holds_params=_plan_holds_wb, saves=2,
+                  tile_saving=_ln_tile_saving)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,9 +220,10 @@ def norm_chain_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
     return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
-def layernorm_run(x, weight, bias, plan=None, max_onchip=plans.MAX_ONCHIP):
-    """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with)."""
-    return rowwise.run(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip)
+def layernorm_run(x, weight, bias, plan=None, max_onchip=plans.MAX_ONCHIP, save=False):
+    """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with); with `save` the output
+    is (that, [M, 2] fp32: each row's mean and rstd)."""
+    return rowwise.run(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip, save)
 
 
 def norm_chain_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):

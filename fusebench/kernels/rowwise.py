@@ -174,15 +174,24 @@ def _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, str
     return N // ALIGN * ALIGN, src, (w_ptr, v_ptr), stride_om // ALIGN * ALIGN
 
 
+@triton.jit
+def _save(stats_ptr, row, consts, ok, SAVE: tl.constexpr):
+    # A row's first SAVE constants (or a tile's rows', where ok), [M, SAVE] fp32, for a backward
+    # to read (LayerNorm: mean, rstd).
+    for j in tl.static_range(SAVE):
+        tl.store(stats_ptr + row * SAVE + j, consts[j], mask=ok)
+
+
 # ----------------------------------------------------------------------------------------------
 # the kernels: src = (a, b, a's row and column strides, b's), b is a for one-input ops;
-# prm = (the per-column parameters' pointers)
+# prm = (the per-column parameters' pointers); stats_ptr: where SAVE > 0 constants a row go
 
 
 @triton.jit
-def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
-                 eps, TILE: tl.constexpr, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 EVEN: tl.constexpr, WHOLE_ROWS: tl.constexpr, PREFETCH: tl.constexpr):
+def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
+                 stride_om, eps, TILE: tl.constexpr, TILE_SAVING: tl.constexpr, ALIGN: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, WHOLE_ROWS: tl.constexpr,
+                 PREFETCH: tl.constexpr, SAVE: tl.constexpr):
     N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
                                       stride_om, ALIGN)
     row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
@@ -190,17 +199,21 @@ def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an
     c = tl.arange(0, BLOCK_N)
     # WHOLE_ROWS (one row per program) and EVEN (N == BLOCK_N): no row or column masks.
     mask = ((r < M - row0) | WHOLE_ROWS)[:, None] & within(c, N, EVEN)[None, :]
-    y = TILE(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)
+    if SAVE:
+        y, consts = TILE_SAVING(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)
+        _save(stats_ptr, row0 + r, consts, r < M - row0, SAVE)
+    else:
+        y = TILE(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)
     tl.store(out_ptr + row0 * stride_om + r[:, None] * stride_om + c[None, :], y.to(out_ptr.dtype.element_ty),
              mask=mask)
 
 
 @triton.jit
-def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn, stride_om,
-                 eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr, INIT: tl.constexpr,
-                 ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
-                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 PREFETCH_LOOP: tl.constexpr):
+def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
+                 stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
+                 INIT: tl.constexpr, ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr,
+                 APPLY: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+                 EVEN: tl.constexpr, PREFETCH_LOOP: tl.constexpr, SAVE: tl.constexpr):
     N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
                                       stride_om, ALIGN)
     # Rows pid, pid + P, ... (P = the grid size): a statistics pass, then a writing pass.
@@ -211,15 +224,16 @@ def _loop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an
         k = SHIFT(src, row, None)
         stats = _stats_pass(src, row, k, 0, N, N, LOAD, INIT, ACC, TOTAL, BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
         consts = MERGE(stats, N, eps, k)
+        _save(stats_ptr, row, consts, True, SAVE)
         _write_pass(src, prm, out_ptr + row * stride_om, row, consts, 0, N, N, LOAD, PARAMS, APPLY,
                     BLOCK_N, STAGES, EVEN, PREFETCH_LOOP)
 
 
 @triton.jit
-def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
-                   stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
+def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am, stride_an, stride_bm,
+                   stride_bn, stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
                    INIT: tl.constexpr, ACC: tl.constexpr, TOTAL: tl.constexpr, MERGE: tl.constexpr,
-                   APPLY: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr):
+                   APPLY: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, SAVE: tl.constexpr):
     # Persistent programs (rows pid, pid + P, ...), each making both passes over its rows as one
     # chain of steps in which the next step's loads are always in flight, across the pass and row
     # boundaries too; the row's last chunk, read last by the first pass, is written first by the
@@ -250,6 +264,7 @@ def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
         chunk_next = LOAD(src, row, last - BLOCK_N + c, ok, "evict_first", False)
         p_next = PARAMS(prm, last - BLOCK_N + c, ok)
         consts = MERGE(TOTAL(ACC(chunk, state, last + c < N, k)), N, eps, k)
+        _save(stats_ptr, row, consts, True, SAVE)
         tl.store(out_row + last + c, APPLY(chunk, p, consts).to(out_row.dtype.element_ty), mask=last + c < N,
                  eviction_policy="evict_first")
         chunk = chunk_next
@@ -275,10 +290,10 @@ def _stream_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
 
 
 @triton.jit
-def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
-                   stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
+def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am, stride_an, stride_bm,
+                   stride_bn, stride_om, eps, LOAD: tl.constexpr, PARAMS: tl.constexpr, SHIFT: tl.constexpr,
                    RINIT: tl.constexpr, RACC: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
-                   ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr):
+                   ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_N2: tl.constexpr, SAVE: tl.constexpr):
     # Reducing each first-pass step to scalars at once leaves two row-sized values per thread (this
     # step's and the next one's), so a step can be a whole 32768-column row; the second pass
     # carries its next step's inputs and parameters.
@@ -299,6 +314,7 @@ def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
             stats = RACC(chunk, stats, start - BLOCK_N + c < N, k)
             chunk = chunk_next
         consts = MERGE(stats, N, eps, k)
+        _save(stats_ptr, row, consts, True, SAVE)
         # Pass 2, last step first (read last by pass 1: most likely still in L2).
         cols = (tl.cdiv(N, BLOCK_N2) - 1) * BLOCK_N2 + c2
         chunk = LOAD(src, row, cols, cols < N, "evict_first", False)
@@ -316,11 +332,12 @@ def _reread_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, M, N, stride_am, stride_
 
 
 @triton.jit
-def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, stride_am, stride_an, stride_bm,
-                 stride_bn, stride_om, eps, SPLITS, LOAD: tl.constexpr, PARAMS: tl.constexpr,
+def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, sync_ptr, words, M, N, stride_am, stride_an,
+                 stride_bm, stride_bn, stride_om, eps, SPLITS, LOAD: tl.constexpr, PARAMS: tl.constexpr,
                  SHIFT: tl.constexpr, STATS: tl.constexpr, MERGE: tl.constexpr, APPLY: tl.constexpr,
                  K: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                 PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr, HOLD: tl.constexpr):
+                 PREFETCH: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr, HOLD: tl.constexpr,
+                 SAVE: tl.constexpr):
     N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
                                       stride_om, ALIGN)
     # Program pid holds chunk (pid % SPLITS) of a row, in rounds of P / SPLITS rows (coop_layout).
@@ -353,6 +370,7 @@ def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, sync_ptr, words, M, N, str
             # The chunk stays in registers while the row's programs exchange partials.
             parts = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
             consts = MERGE(parts, local, N, eps, k, SPLITS, BLOCK_S)
+            _save(stats_ptr, row, consts, pid % SPLITS == 0, SAVE)  # the row's first program
             if not EARLY and not HOLD:
                 p = PARAMS(prm, cols, cols < N)
             tl.store(out_ptr + row * stride_om + cols, APPLY(chunk, p, consts).to(out_ptr.dtype.element_ty),
@@ -377,7 +395,9 @@ class RowOp:
     words a cooperative program publishes; `even`: EVEN is passed (the op's plain loop and tile
     drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
     next step's loads ahead (else it is tl.range's num_stages=1); `holds_params(plan, cap)`:
-    whether a cooperative program keeps its parameters in registers across rounds."""
+    whether a cooperative program keeps its parameters in registers across rounds; `saves`: how
+    many of a row's constants (merge's first ones) a run with save=True writes for a backward,
+    with `tile_saving(...)`, the tile step returning (output, the rows' constants)."""
 
     name: str
     load: object
@@ -393,6 +413,8 @@ class RowOp:
     coop_merge: object
     coop_apply: object
     stats_k: int = 2
+    saves: int = 0
+    tile_saving: object = None
     reread_init: object = None
     reread_acc: object = None
     inputs: int = 1
@@ -412,7 +434,7 @@ class RowOp:
 # The op's steps each mode's kernel takes (kernel argument -> RowOp field).
 _COMMON = dict(LOAD="load", PARAMS="params", SHIFT="shift")
 _STEPS = {
-    Mode.TILE: dict(TILE="tile"),
+    Mode.TILE: dict(TILE="tile", TILE_SAVING="tile_saving"),
     Mode.LOOP: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
     Mode.STREAM: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
     Mode.REREAD: dict(_COMMON, RINIT="reread_init", RACC="reread_acc", MERGE="merge", APPLY="apply"),
@@ -467,9 +489,10 @@ def _coop(op, plan, M, N, dev):
 _LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
 
 
-def _launch_for(op: RowOp, ins, plan: plans.RowPlan) -> tuple[Launch, tuple]:
-    """(the Launch, the runtime arguments after the five tensors) of `op` with `plan` on inputs
-    laid out as `ins` (2-D, one shape); the cooperative plans' exchange buffer is among them."""
+def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tuple[Launch, tuple]:
+    """(the Launch, the runtime arguments after the six tensors) of `op` with `plan` on inputs
+    laid out as `ins` (2-D, one shape), writing the rows' constants if `save`; the cooperative
+    plans' exchange buffer is among the arguments."""
     mode = next((m for m in op.modes if m.value == plan.mode), None)
     if mode is None:
         raise ValueError(f"{op.name} has no {plan.mode} plan")
@@ -480,7 +503,8 @@ def _launch_for(op: RowOp, ins, plan: plans.RowPlan) -> tuple[Launch, tuple]:
     if mode is Mode.COOP:  # the exchange buffer, and its size in words
         sync = exchange.exchange_buffer(device, plan.grid)
         rest = (sync, sync.numel(), *rest, plan.splits)
-    constants = dict(steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps, **meta)
+    constants = dict(steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+                     SAVE=op.saves if save else 0, **meta)
     return Launch(KERNELS[mode], (grid,), constants), rest
 
 
@@ -489,7 +513,7 @@ def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
     through the JIT (the tuner's launches: each plan once or a few times)."""
     kernel, rest = _launch_for(op, ins, plan)
     a = ins[0]
-    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, *rest)
+    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, a, *rest)
 
 
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
@@ -499,58 +523,67 @@ class _Launcher:
     """Everything a call of one op on one key needs besides its tensors: the plan, the Launch
     and its other arguments, the outputs' shape and strides (launch None: empty outputs)."""
 
-    __slots__ = ("plan", "launch", "rest", "shape", "stride", "two", "aux")
+    __slots__ = ("plan", "launch", "rest", "shape", "stride", "two", "aux", "saved")
 
-    def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None):
+    def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None, save: bool = False):
         a = ins[0]
         M, N = a.shape
         # plain tuples: new_empty_strided parses them faster than torch.Size (~1 us a call)
         self.plan, self.shape, self.stride = plan, (M, N), (N, 1)
         self.two, self.aux = op.inputs > 1, op.aux_out
-        self.launch, self.rest = _launch_for(op, ins, plan) if a.numel() else (None, ())
+        self.saved = (M, op.saves) if save else None
+        self.launch, self.rest = _launch_for(op, ins, plan, save) if a.numel() else (None, ())
 
     def __call__(self, ins, prm):
         a = ins[0]
         out = a.new_empty_strided(self.shape, self.stride)  # contiguous, a's dtype and device
         b = ins[1] if self.two else a
+        if self.saved is not None:
+            stats = a.new_empty(self.saved, dtype=torch.float32)
+            if self.launch is not None:
+                self.launch(a, b, prm[0], prm[-1], out, stats, *self.rest)
+            return (out, stats), self.plan
         if self.aux:
             aux = a.new_empty_strided(self.shape, self.stride)
             if self.launch is not None:
-                self.launch(a, b, prm[0], aux, out, *self.rest)
+                self.launch(a, b, prm[0], aux, out, a, *self.rest)
             return (aux, out), self.plan
         if self.launch is not None:
             if prm:
-                self.launch(a, b, prm[0], prm[-1], out, *self.rest)
+                self.launch(a, b, prm[0], prm[-1], out, a, *self.rest)
             else:
-                self.launch(a, b, a, a, out, *self.rest)
+                self.launch(a, b, a, a, out, a, *self.rest)
         return out, self.plan
 
 
-# (op name, forced plan, max_onchip, the tensors' signature) -> its _Launcher
+# (op name, forced plan, max_onchip, save, the tensors' signature) -> its _Launcher
 _LAUNCHERS: dict[tuple, _Launcher] = {}
 
 
 def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: plans.RowPlan | None, source,
-        max_onchip: int = plans.MAX_ONCHIP):
+        max_onchip: int = plans.MAX_ONCHIP, save: bool = False):
     """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among
-    `candidates(M, N, device, max_onchip=, elem_size=)` (the op's plan list).
+    `candidates(M, N, device, max_onchip=, elem_size=)` (the op's plan list).  With `save` (ops
+    with `saves`), the output is (output, [M, op.saves] fp32: each row's constants).
 
     A call is one dict lookup of a launcher keyed by the op, `plan`, `max_onchip` and the tensors'
     shapes, strides, dtypes, device and alignment, the outputs' allocation and a launch.  Only a
     new key checks the operands, lists the candidates, asks the tuner and evaluates `source` (the
     code's hash, or a function returning it)."""
-    found = _LAUNCHERS.get((op.name, plan, max_onchip, signature(*ins, *prm)))
+    found = _LAUNCHERS.get((op.name, plan, max_onchip, save, signature(*ins, *prm)))
     if found is None:
-        return _miss(op, ins, prm, candidates, plan, source, max_onchip)
+        return _miss(op, ins, prm, candidates, plan, source, max_onchip, save)
     return found(ins, prm)
 
 
-def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip):
+def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
     """run() for a key without a launcher: check the operands, choose the plan, keep the launcher
     where the choice is final (launch.is_final)."""
     ins, prm = tuple(ins), tuple(prm)
     if len(ins) != op.inputs or len(prm) != op.n_params:
         raise ValueError(f"{op.name} takes {op.inputs} row input(s) and {op.n_params} parameter vector(s)")
+    if save and (not op.saves or op.aux_out):
+        raise ValueError(f"{op.name} saves no row constants")
     laid = tuple(plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
     M, N = laid[0].shape
     if any(t.shape != laid[0].shape for t in laid):
@@ -563,8 +596,8 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip):
     dense = tuple(p.contiguous() for p in prm)
     if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
         # An exotic layout: the copies have a key (and a launcher) of their own.
-        return run(op, laid, dense, candidates, plan, source, max_onchip)
-    key = (op.name, plan, max_onchip, signature(*ins, *prm))
+        return run(op, laid, dense, candidates, plan, source, max_onchip, save)
+    key = (op.name, plan, max_onchip, save, signature(*ins, *prm))
     final = True
     if plan is None and ins[0].numel():
         device = ins[0].device
@@ -576,7 +609,7 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip):
             op, operands[:op.inputs], operands[op.inputs:-1], operands[-1], p), device, (*ins, *prm, *aux, out),
             source=source() if callable(source) else source)
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
-    launcher = _Launcher(op, ins, plan)
+    launcher = _Launcher(op, ins, plan, save)
     if final:
         _LAUNCHERS[key] = launcher
     return launcher(ins, prm)

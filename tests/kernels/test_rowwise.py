@@ -218,6 +218,31 @@ def test_layernorm_large_mean(mode):
     check("layernorm", knorm.layernorm_impl(x, w, b, plan=plan), (x, w, b))
 
 
+@pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "stream", "reread", "coop"])
+def test_layernorm_saves_row_statistics(mode):
+    # save=True: the output as without it, and each row's (mean, rstd) for the backward; the tile
+    # holds 4 rows a program, so its second program has rows past M (5) whose statistics it must
+    # not write.
+    x, w, b = inputs("layernorm", (5, 700), torch.float32, seed=8)
+    x = x * 3 + 100.0
+    plan = {"loop": LONG_PLANS["loop"], "stream": STREAM_PLANS["stream"], "reread": REREAD_PLANS["reread"],
+            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.RowPlan(
+                "tile", 4, 1024, 4, prefetch=mode == "tile-prefetch")
+    (y, stats), ran = knorm.layernorm_run(x, w, b, plan=plan, save=True)
+    assert ran == plan
+    torch.testing.assert_close(y, knorm.layernorm_impl(x, w, b, plan=plan), rtol=0, atol=0)
+    xd = x.double()
+    want = torch.stack([xd.mean(1), 1 / torch.sqrt(xd.var(1, unbiased=False) + knorm.LAYERNORM_EPS)], 1)
+    assert stats.shape == (5, 2) and stats.dtype == torch.float32
+    torch.testing.assert_close(stats.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_only_ops_with_row_constants_save_them():
+    x = torch.randn(3, 64, device=DEVICE)
+    with pytest.raises(ValueError, match="saves no row constants"):
+        rowwise.run(ksm.SOFTMAX, (x,), (), ksm.softmax_plans, None, "", save=True)
+
+
 # ----------------------------------------------------------------------------------------------
 # plans (pure Python)
 

@@ -120,6 +120,38 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, monkeypa
     assert (got[2] is None) == (not center)
 
 
+def _row_stats(x):
+    # LayerNorm's [M, 2] (mean, rstd), from float64
+    xd = x.double()
+    return torch.stack([xd.mean(1), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5)], 1).float()
+
+
+@pytest.mark.parametrize("coop", COOP_VARIANTS)
+def test_layernorm_cooperative_kernel_reads_saved_statistics(coop, monkeypatch):
+    # As in teams of one above, with the forward's mean and rstd read instead of recomputed; a
+    # wrong statistic changes dx, so the gradients show it.
+    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(klnb, "_PLANS", {})
+    M, N = 13, 301
+    g = torch.Generator().manual_seed(M)
+    x = torch.randn(M, N, generator=g) * 3 + 1000
+    w, dy, dh = torch.randn(N, generator=g), torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
+    want = _norm_reference(x, w, dy, dh, True)
+    got = klnb.norm_backward(dy, x, w, dh, center=True, eps=1e-5, coop=coop, stats=_row_stats(x))
+    for a, r in zip(got, want):
+        close(a, r, tol=1e-4)
+    wrong = _row_stats(x) * torch.tensor([1.0, 1.01])
+    bad = klnb.norm_backward(dy, x, w, dh, center=True, eps=1e-5, coop=coop, stats=wrong)
+    assert not torch.allclose(bad[0], got[0], rtol=1e-3, atol=1e-3)
+
+
+def test_norm_backward_refuses_statistics_it_cannot_use():
+    x, dy, w = torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)
+    for center, stats in ((False, torch.zeros(4, 2)), (True, torch.zeros(4, 3)), (True, torch.zeros(2, 4).t())):
+        with pytest.raises(ValueError, match="stats"):
+            klnb.norm_backward(dy, x, w, center=center, eps=1e-5, stats=stats)
+
+
 def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypatch):
     # rows of 8193-65536 columns on a GPU; a forced launch shape is ignored where cooperative
     # launches cannot run (the interpreter, FUSEBENCH_COOP=0): the rows-on-chip kernel then
@@ -153,9 +185,13 @@ def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
     x, w, dy, dh = (t.to(dtype) for t in (x, w, dy, dh))
     want = _norm_reference(x, w, dy, dh, center)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
-    for coop in (None, klnb.CoopRows(prefetch=True)):  # the heuristic's, and the other way to load ahead
+    # the heuristic's launch, the other way to load ahead, and (LayerNorm) the forward's statistics read
+    variants = [(None, None), (klnb.CoopRows(prefetch=True), None)]
+    if center:
+        variants += [(None, _row_stats(x)), (klnb.CoopRows(prefetch=True), _row_stats(x))]
+    for coop, stats in variants:
         kernels = []
-        got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, kernels=kernels)
+        got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=stats, kernels=kernels)
         assert kernels[0].name == "_coop_rows_kernel"
         for a, r in zip(got, want):
             close(a, r, tol=tol)
@@ -187,6 +223,25 @@ def test_layernorm_autograd_gives_every_gradient():
     close(y, yr)
     for a, r in zip(got, refs):
         close(a, r, tol=1e-4)
+
+
+def test_layernorm_autograd_saves_statistics_where_the_backward_reads_them(monkeypatch):
+    # Where the backward takes the cooperative kernel (here forced), the forward saves each row's
+    # mean and rstd and the backward gets them; elsewhere it saves none.
+    seen = []
+    real = klnb.layernorm_backward
+    monkeypatch.setattr(klnb, "layernorm_backward", lambda *a, **k: seen.append(k["stats"]) or real(*a, **k))
+    N = 40
+    x, w, b, dy = torch.randn(6, N) + 50, torch.randn(N), torch.randn(N), torch.randn(6, N)
+    for reads in (True, False):
+        monkeypatch.setattr(klnb, "reads_saved_stats", lambda n, device: reads)
+        _, got = grads(klnb.layer_norm, (x, w, b), dy)
+        _, refs = grads(lambda *a: F.layer_norm(a[0], (N,), a[1], a[2], klnb.LAYERNORM_EPS),
+                        (x.double(), w.double(), b.double()), dy.double())
+        for a, r in zip(got, refs):
+            close(a, r, tol=1e-4)
+    assert seen[1] is None
+    torch.testing.assert_close(seen[0], _row_stats(x), rtol=1e-5, atol=1e-5)
 
 
 def test_backward_models():
