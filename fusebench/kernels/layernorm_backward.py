@@ -55,7 +55,6 @@ from fusebench.kernels import exchange, plans
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import collect, column, coop_layout, exchange_finish, exchange_slots, publish
 from fusebench.kernels.launch import Launch, signature
-from fusebench.kernels.norms import layernorm_run
 from fusebench.kernels.rowwise import add2, add4
 
 LAYERNORM_EPS = 1e-5
@@ -606,31 +605,3 @@ def reads_saved_stats(N: int, device) -> bool:
     cooperative kernel: two sums a row instead of four, 1.1-1.2x faster on an H100 at 16384-65536
     columns; the other kernels hold whole rows or read them twice, and gain nothing)."""
     return _coop_rows(N, device)
-
-
-# ----------------------------------------------------------------------------------------------
-# autograd
-
-
-class LayerNorm(torch.autograd.Function):
-    """norms.layernorm_run forward, layernorm_backward backward; saves x and the weight, and the
-    rows' mean and rstd where the backward reads them (reads_saved_stats)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        if x.dim() == 2 and reads_saved_stats(x.shape[1], x.device):
-            (y, stats), _ = layernorm_run(x, weight, bias, save=True)
-            ctx.save_for_backward(x, weight, stats)
-            return y
-        ctx.save_for_backward(x, weight)
-        return layernorm_run(x, weight, bias)[0]
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, *stats = ctx.saved_tensors
-        return layernorm_backward(dy, x, weight, stats=stats[0] if stats else None)
-
-
-def layer_norm(x, weight, bias):
-    """The layernorm case's function through LayerNorm (registered as the kernel's autograd)."""
-    return LayerNorm.apply(x, weight, bias)

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import plans, rowwise, tuning
+from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import RowOp, add2, load_at, tile_ptrs
@@ -249,6 +249,30 @@ def describe_layernorm_plan(plan: plans.RowPlan, device) -> str:
     return text
 
 
+class LayerNorm(torch.autograd.Function):
+    """layernorm_run forward, layernorm_backward.layernorm_backward backward; saves x and the
+    weight, and the rows' mean and rstd where the backward reads them (reads_saved_stats)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        if x.dim() == 2 and lnb.reads_saved_stats(x.shape[1], x.device):
+            (y, stats), _ = layernorm_run(x, weight, bias, save=True)
+            ctx.save_for_backward(x, weight, stats)
+            return y
+        ctx.save_for_backward(x, weight)
+        return layernorm_run(x, weight, bias)[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, *stats = ctx.saved_tensors
+        return lnb.layernorm_backward(dy, x, weight, stats=stats[0] if stats else None)
+
+
+def layer_norm(x, weight, bias):
+    """The layernorm case's function through LayerNorm (registered as the kernel's autograd)."""
+    return LayerNorm.apply(x, weight, bias)
+
+
 triton_kernel("layernorm", describe=rowwise.describe, describe_plan=describe_layernorm_plan,
-              run=layernorm_run, autograd="fusebench.kernels.layernorm_backward:layer_norm")(layernorm_impl)
+              run=layernorm_run, autograd=layer_norm)(layernorm_impl)
 triton_kernel("norm_chain", describe=rowwise.describe, run=norm_chain_run)(norm_chain_impl)

@@ -20,6 +20,11 @@ own steps inlined:
     coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S) the constants from all partials
     coop_apply(chunk, p, consts)        the output at a kept chunk
     reread_init(), reread_acc(chunk, stats, ok, k)  scalar statistics, a big step at a time
+    tile_saving(...)                    as tile, returning (output, the rows' constants) (ops
+                                        that save their constants for a backward, `saves`)
+
+Ops with `saves` (LayerNorm: mean and rstd) write the first `saves` of a row's constants to an
+[M, saves] fp32 tensor when run with save=True (SAVE, a constexpr: nothing is stored otherwise).
 
 Plan modes (plans.RowPlan):
 
