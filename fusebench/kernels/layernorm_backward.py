@@ -6,10 +6,10 @@ With y = x-hat * w + b, x-hat = (x - mean) * rstd and g = dy * w:
 RMSNorm has no mean (x-hat = x * rstd) and no bias: dx = rstd * (g - x-hat * mean(g * x-hat)).
 add_rmsnorm's gradient of h (dh) is added to dx in the same kernel.
 
-Each row's mean and rstd are recomputed here from the row in hand, but for LayerNorm's cooperative
-kernel, which reads the forward's (LayerNorm's autograd saves them where it takes that kernel):
-there the sums a row are what a team exchanges and waits for, and two are 1.1-1.2x faster than
-four.  Where a program holds whole rows, reading the statistics gains nothing (within 1% on an
+Each row's mean and rstd are recomputed here from the row in hand, but for the cooperative kernel,
+which reads the forward's (the autograd Functions save them where it runs): there the sums a row
+are what a team exchanges and waits for, and half of them (LayerNorm two, RMSNorm one) are
+1.02-1.2x faster.  Where a program holds whole rows, reading the statistics gains nothing (within 1% on an
 H100 at 8192 columns).
 
 Three variants, chosen by row length (as the forwards' plans are):
@@ -194,10 +194,12 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
 
 
 @triton.jit
-def _saved(stats_ptr, row, M):
-    # the forward's (mean, rstd) of a LayerNorm row; 0 past M
+def _saved(stats_ptr, row, M, CENTER: tl.constexpr):
+    # the forward's (mean, rstd) of a row (LayerNorm: [M, 2]; RMSNorm: [M, 1], its rstd); 0 past M
     ok = row < M
-    return (tl.load(stats_ptr + row * 2, mask=ok, other=0.0), tl.load(stats_ptr + row * 2 + 1, mask=ok, other=0.0))
+    if CENTER:
+        return (tl.load(stats_ptr + row * 2, mask=ok, other=0.0), tl.load(stats_ptr + row * 2 + 1, mask=ok, other=0.0))
+    return tl.full([], 0.0, tl.float32), tl.load(stats_ptr + row, mask=ok, other=0.0)
 
 
 @triton.jit
@@ -211,19 +213,19 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
     # whole team alike.  The next row's chunk is loaded while the team exchanges: into registers
     # with PREFETCH, through shared memory with STAGES > 1 (the pipeliner; the loads sit outside
     # the `if` for it).  The shift k is loaded a row ahead either way: a load of it in the round
-    # would put a DRAM round trip before every row's sums.  SAVED (LayerNorm): the forward's mean
-    # and rstd are read instead, also a row ahead, and a row has two sums, not four.
+    # would put a DRAM round trip before every row's sums.  SAVED: the forward's mean and rstd
+    # are read instead, also a row ahead, and a row has half the sums (LayerNorm two, RMSNorm one).
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     ok = cols < N
     if not PREFETCH:
         w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], tl.float32)
     db = tl.zeros([BLOCK_N], tl.float32)
-    K: tl.constexpr = 4 if CENTER and not SAVED else 2
+    K: tl.constexpr = (2 if CENTER else 1) if SAVED else (4 if CENTER else 2)
     i = tl.arange(0, K)
     first = (pid // SPLITS).to(tl.int64)
     if SAVED:
-        mean_next, rstd_next = _saved(stats_ptr, first, M)
+        mean_next, rstd_next = _saved(stats_ptr, first, M, CENTER)
     else:
         k_next = _shift(x_ptr, first, M, stride_x, CENTER)
     if PREFETCH:
@@ -234,7 +236,7 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
         nxt = row + rows_at_once
         if SAVED:
             mean, rstd = mean_next, rstd_next
-            mean_next, rstd_next = _saved(stats_ptr, nxt, M)
+            mean_next, rstd_next = _saved(stats_ptr, nxt, M, CENTER)
         else:
             k = k_next
             k_next = _shift(x_ptr, nxt, M, stride_x, CENTER)
@@ -249,10 +251,13 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
             if PREFETCH:  # the weight from cache: its registers hold the next row
                 w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
             g = dy * w
-            if SAVED:
+            if SAVED and CENTER:
                 xhat = (x - mean) * rstd
                 s_g, s_gx = tl.reduce((g, g * xhat), 0, add2)
                 parts = tl.where(i == 0, s_g, s_gx)
+            elif SAVED:
+                xhat = x * rstd
+                parts = tl.full([K], tl.sum(g * xhat, 0), tl.float32)
             elif CENTER:
                 d = tl.where(ok, x - k, 0.0)
                 s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
@@ -265,8 +270,10 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
                 x_next, dy_next, dh_next = _chunk(dy_ptr, x_ptr, dh_ptr, nxt, M, N, stride_dy, stride_x, stride_dh,
                                                   cols, HAS_DH)
             sums = collect(exchange_slots(sync_ptr, team, rnd), epoch + 1 + rnd, SPLITS, BLOCK_S, K, WARPS)
-            if SAVED:  # dx = rstd * (g - mean(g) - x-hat * mean(g * x-hat))
+            if SAVED and CENTER:  # dx = rstd * (g - mean(g) - x-hat * mean(g * x-hat))
                 dx = rstd * (g - tl.sum(column(sums, 0), 0) / N - xhat * (tl.sum(column(sums, 1), 0) / N))
+            elif SAVED:
+                dx = rstd * (g - xhat * (tl.sum(column(sums, 0), 0) / N))
             elif CENTER:
                 mean_d = tl.sum(column(sums, 0), 0) / N
                 mean_g = tl.sum(column(sums, 2), 0) / N
@@ -556,15 +563,16 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     kernels, unless they take the cooperative one (module docstring).  `programs` sets how many
     programs share the rows (tests), `prefetch` whether rows on chip load the next row ahead
     (None: by dtype and row length, module docstring), `coop` the cooperative launch (None:
-    COOP_ROWS where _coop_rows says so; False: none), `stats` gives LayerNorm's [M, 2] fp32 row
-    means and rstds from the forward (norms.layernorm_run(save=True)), which the cooperative kernel
-    reads instead of recomputing them (the others recompute them either way), `kernels` collects
-    the compiled kernels launched (a GPU test reads their spill counts)."""
+    COOP_ROWS where _coop_rows says so; False: none), `stats` gives the forward's fp32 row
+    statistics (run with save=True: LayerNorm's [M, 2] means and rstds, RMSNorm's [M, 1] rstds),
+    which the cooperative kernel reads instead of recomputing them (the others recompute them
+    either way), `kernels` collects the compiled kernels launched (a GPU test reads their spill
+    counts)."""
     if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
         raise ValueError(f"dy {tuple(dy.shape)}, x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
-    if stats is not None and (not center or stats.shape != (x.shape[0], 2) or stats.dtype != torch.float32
+    if stats is not None and (stats.shape != (x.shape[0], 2 if center else 1) or stats.dtype != torch.float32
                               or not stats.is_contiguous()):
-        raise ValueError("stats are LayerNorm's contiguous [M, 2] fp32 (mean, rstd) rows")
+        raise ValueError("stats are contiguous fp32 rows: [M, 2] (mean, rstd) for LayerNorm, [M, 1] (rstd) for RMSNorm")
     dy, x, w = _rows_contiguous(dy), _rows_contiguous(x), weight.contiguous()
     has_dh = dh is not None
     dh = _rows_contiguous(dh) if has_dh else dy  # `dh is dy` tells the kernels there is none
@@ -601,7 +609,8 @@ def layernorm_backward(dy, x, weight, max_onchip: int = plans.MAX_ONCHIP, progra
 
 
 def reads_saved_stats(N: int, device) -> bool:
-    """Whether layernorm_backward reads the forward's row statistics for rows of N columns (the
-    cooperative kernel: two sums a row instead of four, 1.1-1.2x faster on an H100 at 16384-65536
-    columns; the other kernels hold whole rows or read them twice, and gain nothing)."""
+    """Whether norm_backward reads the forward's row statistics for rows of N columns (the
+    cooperative kernel: half the sums a row, LayerNorm 1.1-1.2x and bf16 RMSNorm 1.02-1.05x faster
+    on an H100 at 16384-65536 columns; the other kernels hold whole rows or read them twice, and
+    gain nothing)."""
     return _coop_rows(N, device)

@@ -15,9 +15,9 @@ Backward (shared by both, and with LayerNorm's: kernels/layernorm_backward.py): 
 x-hat = x * r and g = dy * w,
     dx = r * (g - x-hat * mean(g * x-hat))   (+ dh, the gradient flowing into add_rmsnorm's h)
     dw = sum over rows of dy * x-hat
-r is recomputed from x (nothing but the input is saved).  Rows up to plans.MAX_ONCHIP columns are
-held whole in registers, each program's partial dw with them; longer rows are walked in chunks
-(a row-statistics kernel, then a column-block kernel), so that they do not spill.
+r is recomputed from x, but where the backward shares a row among a team of programs: there
+RMSNorm's forward saves it (save=True) and the team reads it, one sum a row instead of two
+(add_rmsnorm recomputes it).  layernorm_backward.py says which kernel takes which rows.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import plans, rowwise, tuning
+from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.layernorm_backward import norm_backward
 from fusebench.kernels.norms import _x0
@@ -65,16 +65,23 @@ def _apply(chunk, p, consts):
 
 @triton.jit
 def _normalize_rows(x, prm, c, N, eps):
-    # rows x ([BLOCK_M, BLOCK_N], fp32, padding 0) normalized and scaled by the weight
+    # (rows x ([BLOCK_M, BLOCK_N], fp32, padding 0) normalized and scaled by the weight, their rstd)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / N + eps)
     w = tl.load(prm[0] + c, mask=c < N, other=0.0).to(tl.float32)
-    return x * rstd[:, None] * w[None, :]
+    return x * rstd[:, None] * w[None, :], rstd
 
 
 @triton.jit
 def _rms_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    return _rms_tile_saving(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)[0]
+
+
+@triton.jit
+def _rms_tile_saving(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    # (the rows' output, (their rstd,))
     x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=0.0).to(tl.float32)
-    return _normalize_rows(x, prm, c, N, eps)
+    y, rstd = _normalize_rows(x, prm, c, N, eps)
+    return y, (rstd,)
 
 
 @triton.jit
@@ -90,7 +97,8 @@ def _sq_coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
 
 RMSNORM = RowOp("rmsnorm", load=_x0, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
                 total=lanes_total, merge=_rstd, apply=_apply, tile=_rms_tile, coop_stats=_sq_coop_stats,
-                coop_merge=_sq_coop_merge, coop_apply=_apply, n_params=1, eps=RMSNORM_EPS)
+                coop_merge=_sq_coop_merge, coop_apply=_apply, n_params=1, eps=RMSNORM_EPS, saves=1,
+                tile_saving=_rms_tile_saving)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -112,7 +120,7 @@ def _add_rms_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr)
     h = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
     # h's rows are contiguous (row stride N): written here, beside the normalized output
     tl.store(tile_ptrs(prm[1], row0, r, c, N, 1), h, mask=mask)
-    return _normalize_rows(h.to(tl.float32), prm, c, N, eps)
+    return _normalize_rows(h.to(tl.float32), prm, c, N, eps)[0]
 
 
 ADD_RMSNORM = RowOp("add_rmsnorm", load=_sum_rows, params=_weight, shift=no_shift, init=_lanes_init, acc=_sq_acc,
@@ -135,9 +143,10 @@ def add_rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
             if p.mode == "tile"]
 
 
-def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
-    """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with)."""
-    return rowwise.run(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip)
+def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP, save=False):
+    """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with); with `save` the output is (that,
+    [M, 1] fp32: each row's rstd)."""
+    return rowwise.run(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip, save)
 
 
 def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
@@ -164,27 +173,33 @@ def describe_add_rmsnorm(shape, dtype) -> str:
 # backward
 
 
-def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None, max_onchip: int = plans.MAX_ONCHIP):
+def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None, max_onchip: int = plans.MAX_ONCHIP,
+                     stats: torch.Tensor | None = None):
     """(dx, dw) of y = rmsnorm(x) * weight given dy; with dh, dx also carries it (add_rmsnorm's
     gradient of h, which flows to x and residual alike).  Rows past `max_onchip` columns take the
-    long-row kernels."""
+    long-row kernels.  `stats`: the forward's row rstds (layernorm_backward.norm_backward)."""
     dx, dw, _ = norm_backward(dy, x, weight, dh, center=False, eps=RMSNORM_EPS, max_onchip=max_onchip,
-                              programs=programs)
+                              programs=programs, stats=stats)
     return dx, dw
 
 
 class RMSNorm(torch.autograd.Function):
-    """rmsnorm_run forward, rmsnorm_backward backward; saves x and the weight only."""
+    """rmsnorm_run forward, rmsnorm_backward backward; saves x and the weight, and the rows' rstd
+    where the backward reads it (layernorm_backward.reads_saved_stats)."""
 
     @staticmethod
     def forward(ctx, x, weight):
+        if x.dim() == 2 and lnb.reads_saved_stats(x.shape[1], x.device):
+            (y, stats), _ = rmsnorm_run(x, weight, save=True)
+            ctx.save_for_backward(x, weight, stats)
+            return y
         ctx.save_for_backward(x, weight)
         return rmsnorm_run(x, weight)[0]
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        return rmsnorm_backward(dy, x, weight)
+        x, weight, *stats = ctx.saved_tensors
+        return rmsnorm_backward(dy, x, weight, stats=stats[0] if stats else None)
 
 
 class AddRMSNorm(torch.autograd.Function):

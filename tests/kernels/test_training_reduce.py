@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from fusebench.cases import get_case
 from fusebench.kernels import layernorm_backward as klnb
-from fusebench.kernels import norms as knorm
+from fusebench.kernels import norms as knorm, plans
+from fusebench.kernels import rmsnorm as krms
 from fusebench.kernels import softmax_autograd as ksa
 from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
@@ -121,28 +122,31 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, monkeypa
     assert (got[2] is None) == (not center)
 
 
-def _row_stats(x):
-    # LayerNorm's [M, 2] (mean, rstd), from float64
+def _row_stats(x, center=True, eps=1e-5):
+    # the forward's statistics, from float64: LayerNorm's [M, 2] (mean, rstd), RMSNorm's [M, 1] rstd
     xd = x.double()
-    return torch.stack([xd.mean(1), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5)], 1).float()
+    if not center:
+        return (1 / torch.sqrt((xd * xd).mean(1, keepdim=True) + eps)).float()
+    return torch.stack([xd.mean(1), 1 / torch.sqrt(xd.var(1, unbiased=False) + eps)], 1).float()
 
 
 @pytest.mark.parametrize("coop", COOP_VARIANTS)
-def test_layernorm_cooperative_kernel_reads_saved_statistics(coop, monkeypatch):
-    # As in teams of one above, with the forward's mean and rstd read instead of recomputed; a
+@pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
+def test_cooperative_kernel_reads_saved_statistics(center, coop, monkeypatch):
+    # As in teams of one above, with the forward's statistics read instead of recomputed; a
     # wrong statistic changes dx, so the gradients show it.
     monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
     monkeypatch.setattr(klnb, "_PLANS", {})
     M, N = 13, 301
     g = torch.Generator().manual_seed(M)
-    x = torch.randn(M, N, generator=g) * 3 + 1000
+    x = torch.randn(M, N, generator=g) * 3 + (1000 if center else 0)
     w, dy, dh = torch.randn(N, generator=g), torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
-    want = _norm_reference(x, w, dy, dh, True)
-    got = klnb.norm_backward(dy, x, w, dh, center=True, eps=1e-5, coop=coop, stats=_row_stats(x))
+    want = _norm_reference(x, w, dy, dh, center)
+    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=_row_stats(x, center))
     for a, r in zip(got, want):
         close(a, r, tol=1e-4)
-    wrong = _row_stats(x) * torch.tensor([1.0, 1.01])
-    bad = klnb.norm_backward(dy, x, w, dh, center=True, eps=1e-5, coop=coop, stats=wrong)
+    wrong = _row_stats(x, center) * 1.01
+    bad = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=wrong)
     assert not torch.allclose(bad[0], got[0], rtol=1e-3, atol=1e-3)
 
 
@@ -186,11 +190,10 @@ def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
     x, w, dy, dh = (t.to(dtype) for t in (x, w, dy, dh))
     want = _norm_reference(x, w, dy, dh, center)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
-    # the heuristic's launch, the other way to load ahead, and (LayerNorm) the forward's statistics read
-    variants = [(None, None), (klnb.CoopRows(prefetch=True), None)]
-    if center:
-        variants += [(None, _row_stats(x)), (klnb.CoopRows(prefetch=True), _row_stats(x))]
-    for coop, stats in variants:
+    # the heuristic's launch and the other way to load ahead, recomputing and reading the statistics
+    stats = _row_stats(x, center)
+    for coop, stats in [(None, None), (klnb.CoopRows(prefetch=True), None), (None, stats),
+                        (klnb.CoopRows(prefetch=True), stats)]:
         kernels = []
         got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=stats, kernels=kernels)
         assert kernels[0].name == "_coop_rows_kernel"
@@ -224,6 +227,35 @@ def test_layernorm_autograd_gives_every_gradient():
     close(y, yr)
     for a, r in zip(got, refs):
         close(a, r, tol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["tile", "loop", "stream", "coop"])
+def test_rmsnorm_forward_saves_row_rstd(mode):
+    # save=True: the output as without it, and each row's rstd; the tile's second program has
+    # rows past M.
+    x, w = torch.randn(5, 700) * 3, torch.randn(700)
+    plan = {"loop": plans.loop_plan(64, 4), "stream": plans.RowPlan("stream", 1, 256, 4, grid=2),
+            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.RowPlan("tile", 4, 1024, 4)
+    (y, stats), ran = krms.rmsnorm_run(x, w, plan=plan, save=True)
+    assert ran == plan and stats.shape == (5, 1)
+    torch.testing.assert_close(y, krms.rmsnorm_run(x, w, plan=plan)[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stats, _row_stats(x, False, krms.RMSNORM_EPS), rtol=1e-5, atol=1e-5)
+
+
+def test_rmsnorm_autograd_saves_rstd_where_the_backward_reads_it(monkeypatch):
+    seen = []
+    real = krms.rmsnorm_backward
+    monkeypatch.setattr(krms, "rmsnorm_backward", lambda *a, **k: seen.append(k["stats"]) or real(*a, **k))
+    N = 40
+    x, w, dy = torch.randn(6, N), torch.randn(N), torch.randn(6, N)
+    for reads in (True, False):
+        monkeypatch.setattr(klnb, "reads_saved_stats", lambda n, device: reads)
+        _, got = grads(lambda a, c: krms.RMSNorm.apply(a, c), (x, w), dy)
+        _, refs = grads(lambda a, c: F.rms_norm(a, (N,), c, krms.RMSNORM_EPS), (x.double(), w.double()), dy.double())
+        for a, r in zip(got, refs):
+            close(a, r, tol=1e-4)
+    assert seen[1] is None
+    torch.testing.assert_close(seen[0], _row_stats(x, False, krms.RMSNORM_EPS), rtol=1e-5, atol=1e-5)
 
 
 def test_layernorm_autograd_saves_statistics_where_the_backward_reads_them(monkeypatch):
