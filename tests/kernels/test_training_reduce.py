@@ -150,6 +150,17 @@ def test_cooperative_kernel_reads_saved_statistics(center, coop, monkeypatch):
     assert not torch.allclose(bad[0], got[0], rtol=1e-3, atol=1e-3)
 
 
+def test_statistics_saved_where_the_cooperative_kernel_reads_them(monkeypatch):
+    # on a GPU (here faked) at 8193-65536 columns; RMSNorm's only for 2-byte inputs
+    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    bf16, fp32 = torch.bfloat16, torch.float32
+    for (n, dtype, center), want in [((16384, fp32, True), True), ((16384, bf16, False), True),
+                                     ((16384, fp32, False), False), ((8192, bf16, True), False),
+                                     ((65537, bf16, True), False)]:
+        assert klnb.reads_saved_stats(torch.empty(2, n, dtype=dtype), center) is want
+    assert not klnb.reads_saved_stats(torch.empty(2, 3, 16384), True)
+
+
 def test_norm_backward_refuses_statistics_it_cannot_use():
     x, dy, w = torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)
     for center, stats in ((False, torch.zeros(4, 2)), (True, torch.zeros(4, 3)), (True, torch.zeros(2, 4).t())):
@@ -249,7 +260,7 @@ def test_rmsnorm_autograd_saves_rstd_where_the_backward_reads_it(monkeypatch):
     N = 40
     x, w, dy = torch.randn(6, N), torch.randn(N), torch.randn(6, N)
     for reads in (True, False):
-        monkeypatch.setattr(klnb, "reads_saved_stats", lambda n, device: reads)
+        monkeypatch.setattr(klnb, "reads_saved_stats", lambda x, center: reads)
         _, got = grads(lambda a, c: krms.RMSNorm.apply(a, c), (x, w), dy)
         _, refs = grads(lambda a, c: F.rms_norm(a, (N,), c, krms.RMSNORM_EPS), (x.double(), w.double()), dy.double())
         for a, r in zip(got, refs):
@@ -267,7 +278,7 @@ def test_layernorm_autograd_saves_statistics_where_the_backward_reads_them(monke
     N = 40
     x, w, b, dy = torch.randn(6, N) + 50, torch.randn(N), torch.randn(N), torch.randn(6, N)
     for reads in (True, False):
-        monkeypatch.setattr(klnb, "reads_saved_stats", lambda n, device: reads)
+        monkeypatch.setattr(klnb, "reads_saved_stats", lambda x, center: reads)
         _, got = grads(knorm.layer_norm, (x, w, b), dy)
         _, refs = grads(lambda *a: F.layer_norm(a[0], (N,), a[1], a[2], klnb.LAYERNORM_EPS),
                         (x.double(), w.double(), b.double()), dy.double())
