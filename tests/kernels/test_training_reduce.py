@@ -102,26 +102,6 @@ COOP_VARIANTS = [klnb.CoopRows(512, 4, 1, stages=2), klnb.CoopRows(512, 4, 2, pr
                  klnb.CoopRows(512, 4, 1)]
 
 
-@pytest.mark.parametrize("coop", COOP_VARIANTS)
-@pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
-def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, monkeypatch):
-    # The interpreter runs one program at a time, so only a team of one program a row (a chunk
-    # of 512 >= 301 columns) can finish; its exchange is the real one.  13 rows over 4 or 8
-    # programs: the last round has rows past M, and the prefetch runs past the last row.
-    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
-    monkeypatch.setattr(klnb, "_PLANS", {})
-    M, N = 13, 301
-    g = torch.Generator().manual_seed(N)
-    x = torch.randn(M, N, generator=g) + 1000
-    w, dy, dh = torch.randn(N, generator=g), torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
-    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop)
-    (_, launches), = klnb._PLANS.values()
-    assert launches[0].jit_fn is klnb._coop_rows_kernel
-    for a, r in zip(got, _norm_reference(x, w, dy, dh, center)):
-        close(a, r, tol=1e-4)
-    assert (got[2] is None) == (not center)
-
-
 def _row_stats(x, center=True, eps=1e-5):
     # the forward's statistics, from float64: LayerNorm's [M, 2] (mean, rstd), RMSNorm's [M, 1] rstd
     xd = x.double()
@@ -130,24 +110,30 @@ def _row_stats(x, center=True, eps=1e-5):
     return torch.stack([xd.mean(1), 1 / torch.sqrt(xd.var(1, unbiased=False) + eps)], 1).float()
 
 
+@pytest.mark.parametrize("saved", [False, True], ids=["recomputed", "saved"])
 @pytest.mark.parametrize("coop", COOP_VARIANTS)
 @pytest.mark.parametrize("center", [True, False])  # layernorm, rmsnorm
-def test_cooperative_kernel_reads_saved_statistics(center, coop, monkeypatch):
-    # As in teams of one above, with the forward's statistics read instead of recomputed; a
-    # wrong statistic changes dx, so the gradients show it.
+def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, saved, monkeypatch):
+    # The interpreter runs one program at a time, so only a team of one program a row (a chunk
+    # of 512 >= 301 columns) can finish; its exchange is the real one.  13 rows over 4 or 8
+    # programs: the last round has rows past M, and the prefetch runs past the last row.  With
+    # `saved` the forward's statistics are read instead of recomputed (a wrong one changes dx).
     monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
     monkeypatch.setattr(klnb, "_PLANS", {})
     M, N = 13, 301
-    g = torch.Generator().manual_seed(M)
+    g = torch.Generator().manual_seed(N)
     x = torch.randn(M, N, generator=g) * 3 + (1000 if center else 0)
     w, dy, dh = torch.randn(N, generator=g), torch.randn(M, N, generator=g), torch.randn(M, N, generator=g)
-    want = _norm_reference(x, w, dy, dh, center)
-    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=_row_stats(x, center))
-    for a, r in zip(got, want):
+    stats = _row_stats(x, center) if saved else None
+    got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=stats)
+    (_, launches), = klnb._PLANS.values()
+    assert launches[0].jit_fn is klnb._coop_rows_kernel
+    for a, r in zip(got, _norm_reference(x, w, dy, dh, center)):
         close(a, r, tol=1e-4)
-    wrong = _row_stats(x, center) * 1.01
-    bad = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=wrong)
-    assert not torch.allclose(bad[0], got[0], rtol=1e-3, atol=1e-3)
+    assert (got[2] is None) == (not center)
+    if saved:
+        bad = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=stats * 1.01)
+        assert not torch.allclose(bad[0], got[0], rtol=1e-3, atol=1e-3)
 
 
 def test_statistics_saved_where_the_cooperative_kernel_reads_them(monkeypatch):
