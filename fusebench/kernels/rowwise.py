@@ -513,12 +513,14 @@ def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tupl
     return Launch(KERNELS[mode], (grid,), constants), rest
 
 
-def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan) -> None:
-    """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` with `plan`,
-    through the JIT (the tuner's launches: each plan once or a few times)."""
-    kernel, rest = _launch_for(op, ins, plan)
+def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan, stats: torch.Tensor | None = None) -> None:
+    """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` (and the rows'
+    constants into `stats`) with `plan`, through the JIT (the tuner's launches: each plan once or
+    a few times)."""
+    kernel, rest = _launch_for(op, ins, plan, save=stats is not None)
     a = ins[0]
-    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out, a, *rest)
+    kernel.jit(a, ins[op.inputs - 1], prm[0] if prm else a, prm[-1] if prm else a, out,
+               a if stats is None else stats, *rest)
 
 
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
@@ -607,12 +609,19 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
     if plan is None and ins[0].numel():
         device = ins[0].device
         cands = candidates(M, N, device, max_onchip=max_onchip, elem_size=ins[0].element_size())
-        tuner_key = (op.name, *tuning.key_of(*ins, *prm))
         out = torch.empty((M, N), dtype=ins[0].dtype, device=device)
-        aux = (torch.empty((M, N), dtype=ins[0].dtype, device=device),) if op.aux_out else ()
-        plan = tuning.autotune(tuner_key, cands, lambda p, *operands: launch(
-            op, operands[:op.inputs], operands[op.inputs:-1], operands[-1], p), device, (*ins, *prm, *aux, out),
-            source=source() if callable(source) else source)
+        n = op.inputs
+        if save:  # tuned apart: saving costs some plans more than others (a 32-warp RMSNorm tile 15%)
+            tuner_key = (op.name, "save", *tuning.key_of(*ins, *prm))
+            operands = (*ins, *prm, torch.empty((M, op.saves), dtype=torch.float32, device=device), out)
+            run_plan = lambda p, *o: launch(op, o[:n], o[n:-2], o[-1], p, stats=o[-2])  # noqa: E731
+        else:
+            tuner_key = (op.name, *tuning.key_of(*ins, *prm))
+            aux = (torch.empty((M, N), dtype=ins[0].dtype, device=device),) if op.aux_out else ()
+            operands = (*ins, *prm, *aux, out)
+            run_plan = lambda p, *o: launch(op, o[:n], o[n:-1], o[-1], p)  # noqa: E731
+        plan = tuning.autotune(tuner_key, cands, run_plan, device, operands,
+                               source=source() if callable(source) else source)
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
     launcher = _Launcher(op, ins, plan, save)
     if final:

@@ -238,6 +238,27 @@ def test_layernorm_saves_row_statistics(mode):
     torch.testing.assert_close(stats.double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_saving_runs_are_tuned_apart(monkeypatch):
+    # A run with save=True asks the tuner under a key of its own and times the saving launch (its
+    # candidates write the statistics); a run without it, the plain one.
+    asked = []
+
+    def tuner(key, cands, launch, device, operands, **kw):
+        launch(cands[0], *operands)
+        asked.append((key, operands))
+        return cands[0]
+
+    monkeypatch.setattr(rowwise.tuning, "autotune", tuner)
+    monkeypatch.setattr(rowwise, "_LAUNCHERS", {})
+    x, w, b = inputs("layernorm", (5, 700), torch.float32, seed=3)
+    (_, stats), _ = knorm.layernorm_run(x, w, b, save=True)
+    knorm.layernorm_run(x, w, b)
+    (save_key, save_ops), (plain_key, plain_ops) = asked
+    assert save_key[:2] == ("layernorm", "save") and plain_key[1] != "save"
+    torch.testing.assert_close(save_ops[-2], stats, rtol=0, atol=0)  # the tuner's launch wrote them
+    assert len(save_ops) == len(plain_ops) + 1
+
+
 def test_only_ops_with_row_constants_save_them():
     x = torch.randn(3, 64, device=DEVICE)
     with pytest.raises(ValueError, match="saves no row constants"):
