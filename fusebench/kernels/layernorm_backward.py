@@ -122,6 +122,26 @@ def _shift(x_ptr, row, M, stride_x, CENTER: tl.constexpr):
 
 
 @triton.jit
+def _grads_from_sums(x_or_d, g, s0, s1, s2, s3, N, eps, CENTER: tl.constexpr):
+    # (dx without dh, x-hat) from a row's sums: LayerNorm's of d, g, d^2 and g * d over d = x - k
+    # (in that order: the cooperative kernel takes them from the exchange in the order they are
+    # first used), RMSNorm's of x^2 and g * x (s2, s3 unused)
+    if CENTER:
+        mean_d = s0 / N
+        mean_g = s1 / N
+        rstd = 1.0 / tl.sqrt(tl.maximum(s2 / N - mean_d * mean_d, 0.0) + eps)
+        xhat = (x_or_d - mean_d) * rstd
+        # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
+        c1 = rstd * (s3 / N - mean_d * mean_g)
+        dx = rstd * (g - mean_g - xhat * c1)
+    else:
+        rstd = 1.0 / tl.sqrt(s0 / N + eps)
+        xhat = x_or_d * rstd
+        dx = rstd * (g - xhat * (rstd * s1 / N))
+    return dx, xhat
+
+
+@triton.jit
 def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x, stride_dh,
                  stride_dx, eps, rows_per_program, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
                  PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -166,18 +186,10 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
         if CENTER:
             d = tl.where(mask, x - k, 0.0)
             s_d, s_dd, s_g, s_gd = tl.reduce((d, d * d, g, g * d), 0, add4)
-            mean_d = s_d / N
-            mean_g = s_g / N
-            rstd = 1.0 / tl.sqrt(tl.maximum(s_dd / N - mean_d * mean_d, 0.0) + eps)
-            xhat = (d - mean_d) * rstd
-            # mean(g * x-hat) = rstd * mean(g * (d - mean(d)))
-            c1 = rstd * (s_gd / N - mean_d * mean_g)
-            dx = rstd * (g - mean_g - xhat * c1)
+            dx, xhat = _grads_from_sums(d, g, s_d, s_g, s_dd, s_gd, N, eps, True)
         else:
             s_xx, s_gx = tl.reduce((x * x, g * x), 0, add2)
-            rstd = 1.0 / tl.sqrt(s_xx / N + eps)
-            xhat = x * rstd
-            dx = rstd * (g - xhat * (rstd * s_gx / N))
+            dx, xhat = _grads_from_sums(x, g, s_xx, s_gx, 0.0, 0.0, N, eps, False)
         if HAS_DH:
             dx += dh_in.to(tl.float32)
         tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -275,16 +287,11 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
             elif SAVED:
                 dx = rstd * (g - xhat * (tl.sum(column(sums, 0), 0) / N))
             elif CENTER:
-                mean_d = tl.sum(column(sums, 0), 0) / N
-                mean_g = tl.sum(column(sums, 2), 0) / N
-                rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(column(sums, 1), 0) / N - mean_d * mean_d, 0.0) + eps)
-                xhat = (d - mean_d) * rstd
-                c1 = rstd * (tl.sum(column(sums, 3), 0) / N - mean_d * mean_g)
-                dx = rstd * (g - mean_g - xhat * c1)
+                dx, xhat = _grads_from_sums(d, g, tl.sum(column(sums, 0), 0), tl.sum(column(sums, 2), 0),
+                                            tl.sum(column(sums, 1), 0), tl.sum(column(sums, 3), 0), N, eps, True)
             else:
-                rstd = 1.0 / tl.sqrt(tl.sum(column(sums, 0), 0) / N + eps)
-                xhat = x * rstd
-                dx = rstd * (g - xhat * (rstd * tl.sum(column(sums, 1), 0) / N))
+                dx, xhat = _grads_from_sums(x, g, tl.sum(column(sums, 0), 0), tl.sum(column(sums, 1), 0), 0.0, 0.0,
+                                            N, eps, False)
             if HAS_DH:
                 dx += dh_in.to(tl.float32)
             tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
