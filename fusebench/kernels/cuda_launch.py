@@ -13,8 +13,9 @@ one per non-constexpr argument, then whatever scratch pointers this Triton versi
 argument is a 128-byte CUtensorMap parameter followed by the descriptor's shape (u32 each) and
 strides (u64 each).  Its geometry is fixed by the caller's key, so only the base address changes
 from call to call: `TensorMaps` encodes the map once per address, where Triton's launcher encodes
-every descriptor at every call.  Anything else -- clusters, programmatic dependent launch, scalars
-of other widths -- keeps Triton's launcher (`build` returns None).  A call the driver refuses (no
+every descriptor at every call.  A cooperative grid and a programmatic dependent launch
+(launch_pdl) are launch attributes, as in Triton's launcher.  Anything else -- clusters, scalars of
+other widths -- keeps Triton's launcher (`build` returns None).  A call the driver refuses (no
 current context on this thread, too many cooperative blocks) goes through Triton's launcher, which
 reports the error its own way.
 
@@ -32,6 +33,7 @@ from typing import Callable, Sequence
 
 # CUlaunchAttributeID (cuda.h)
 _ATTRIBUTE_COOPERATIVE = 2
+_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # programmatic dependent launch (launch_pdl)
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id and a 64-byte value union
@@ -160,10 +162,14 @@ class DirectLaunch:
         meta = compiled.metadata
         self.compiled = compiled  # keeps the module, and so the function handle, alive
         self.config = _LaunchConfig(*grid, 32 * meta.num_warps, 1, 1, meta.shared)
-        self.attributes = (_LaunchAttribute * 1)()
-        if meta.launch_cooperative_grid:
-            self.attributes[0].id, self.attributes[0].value[0] = _ATTRIBUTE_COOPERATIVE, 1
-            self.config.attrs, self.config.numAttrs = self.attributes, 1
+        wanted = [a for a, on in ((_ATTRIBUTE_COOPERATIVE, meta.launch_cooperative_grid),
+                                  (_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, getattr(meta, "launch_pdl", False)))
+                  if on]
+        self.attributes = (_LaunchAttribute * max(1, len(wanted)))()
+        for i, a in enumerate(wanted):
+            self.attributes[i].id, self.attributes[i].value[0] = a, 1
+        if wanted:
+            self.config.attrs, self.config.numAttrs = self.attributes, len(wanted)
         # each parameter in an 8-byte slot; kernelParams points at the slots
         self.values = (ctypes.c_uint64 * max(1, n_slots))()
         base = ctypes.addressof(self.values)
@@ -205,7 +211,7 @@ class DirectLaunch:
         `entry` and `encode` stand in for the driver's cuLaunchKernelEx and cuTensorMapEncodeTiled."""
         meta = compiled.metadata
         entry = entry or _driver_entry()
-        if (entry is None or getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_pdl", False)
+        if (entry is None or getattr(meta, "num_ctas", 1) != 1
                 or getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0)
                 or any(d != 1 for d in getattr(meta, "cluster_dims", None) or ())):
             return None

@@ -80,6 +80,13 @@ def is_hopper_or_newer() -> bool:
     return capability()[0] >= 9
 
 
+def dependent_launch(device=None) -> bool:
+    """Whether a kernel on `device` may be launched as a programmatic dependent of the one before
+    it (Triton's launch_pdl; sm_90 and later): it starts as that one's programs finish, or say
+    they may, and waits for it with gdc_wait."""
+    return _on_gpu(device) and capability(_index(device))[0] >= 9
+
+
 def name(device=None) -> str:
     """The device's name as the tuning cache keys it ("cpu" off the GPU)."""
     return _props(_index(device)).name if _on_gpu(device) else "cpu"

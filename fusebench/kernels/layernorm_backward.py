@@ -26,11 +26,12 @@ Three variants, chosen by row length (as the forwards' plans are):
   Two programs an SM up to 4096 columns, one above (_rows_plan).  Above 8192 columns a row no
   longer fits a program's registers with its dw and db, and spills.
 * Cooperative rows (COOP_FROM_N < N <= COOP_MAX_N, GPU launches only): the rows-on-chip kernel
-  with each row shared by the programs of a team, a 2048-column chunk each, four programs an SM;
-  they exchange their chunks' sums through global memory (exchange.py), so a row is still read
-  once and a program holds 16 columns of it a thread (LayerNorm spills 4 registers).  The next
-  row's chunk is loaded while the team exchanges, through shared memory (COOP_ROWS; on an H100
-  1.1-1.6x the other two variants at 16384-65536 columns, docs/kernels.md).
+  with each row shared by the programs of a team, a chunk each (coop_rows: 1024 columns at eight
+  programs an SM up to 32768 columns, 2048 at four above); they exchange their chunks' sums
+  through global memory (exchange.py), so a row is still read once and a program holds 8 or 16
+  columns of it a thread.  The next row's chunk is loaded while the team exchanges, through
+  shared memory (on an H100 1.1-1.6x the other two variants at 16384-65536 columns,
+  docs/kernels.md).
 * Long rows (above COOP_MAX_N, or above the rows-on-chip limits without cooperative launches):
   the row is walked in chunks by two kernels.  `_row_stats` takes one row per program and writes
   its four scalars (mean, rstd, mean(g * x-hat), mean(g)); `_columns` takes a block of columns
@@ -39,7 +40,8 @@ Three variants, chosen by row length (as the forwards' plans are):
   and x and dy once).
 
 In every variant the [programs, N] partials of dw and db are summed by one small kernel that writes
-both in the weight's dtype.
+both in the weight's dtype, launched on sm_90 and later as a programmatic dependent of the kernel
+before it, which the cooperative kernel lets launch at once.
 
 All arithmetic is fp32; dx has x's dtype, dw and db the weight's.
 """
@@ -50,9 +52,10 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fusebench.kernels import exchange, plans
-from fusebench.kernels.device import num_sms
+from fusebench.kernels.device import dependent_launch, num_sms
 from fusebench.kernels.exchange import collect, column, coop_layout, exchange_finish, exchange_slots, publish
 from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.rowwise import add2, add4
@@ -92,11 +95,18 @@ class CoopRows:
     stages: int | None = None
 
 
-# Sweeps on an H100 (docs/kernels.md): first, or within 6% of first, for RMSNorm, add_rmsnorm and
-# LayerNorm in bf16 and fp32 at 8192x16384 and 1024x65536 (the register prefetch runs at 0.83-1.01x
-# its speed; 1024-column chunks at 2 warps gain up to 6% at 16384 columns and lose up to 17% at 65536).
-COOP_ROWS = CoopRows(stages=2)
+# Sweeps on an H100 with the forward's statistics read (docs/kernels.md): 8 columns a thread at
+# eight programs an SM up to 32 chunks a row (1.5-2.4% faster at 8192-16384 rows of 16384-32768
+# columns), 16 at four above, where 1024-column chunks are up to 3.5% slower.  Both stage the
+# next row through shared memory (the register prefetch is 0.83-1.01x as fast).
+COOP_NARROW, COOP_WIDE = CoopRows(1024, 2, 8, stages=2), CoopRows(2048, 4, 4, stages=2)
+COOP_NARROW_MAX_N = 32768
 COOP_FROM_N, COOP_MAX_N = 8192, 65536
+
+
+def coop_rows(N: int) -> CoopRows:
+    """The cooperative launch for rows of N columns (COOP_FROM_N < N <= COOP_MAX_N)."""
+    return COOP_NARROW if N <= COOP_NARROW_MAX_N else COOP_WIDE
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,7 +228,7 @@ def _saved(stats_ptr, row, M, CENTER: tl.constexpr):
 def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, db_ptr, sync_ptr, words, M, N,
                       stride_dy, stride_x, stride_dh, stride_dx, eps, SPLITS, CENTER: tl.constexpr,
                       HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, SAVED: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_S: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr):
+                      BLOCK_S: tl.constexpr, WARPS: tl.constexpr, STAGES: tl.constexpr, DEPENDENTS: tl.constexpr):
     # _rows_kernel with a row shared by SPLITS programs (exchange.coop_layout): each holds its
     # chunk of the row, and of dw and db, in registers and publishes the chunk's sums; every
     # program of the row adds the row's SPLITS partials itself.  Rows past M are skipped by the
@@ -227,6 +237,8 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
     # the `if` for it).  The shift k is loaded a row ahead either way: a load of it in the round
     # would put a DRAM round trip before every row's sums.  SAVED: the forward's mean and rstd
     # are read instead, also a row ahead, and a row has half the sums (LayerNorm two, RMSNorm one).
+    if DEPENDENTS:  # the partials' summing kernel may launch: its programs wait for this kernel to end
+        gdc_launch_dependents()
     pid, rows_at_once, rounds, team, epoch, cols = coop_layout(sync_ptr, M, SPLITS, BLOCK_N)
     ok = cols < N
     if not PREFETCH:
@@ -399,9 +411,12 @@ def _columns_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, db_
 
 @triton.jit
 def _sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, P, N, HAS_DB: tl.constexpr,
-                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr):
     # dw (and db) = the [P, N] fp32 partials summed over P, written in the weight's dtype: one
-    # launch for both, where torch takes a sum and a cast for each.
+    # launch for both, where torch takes a sum and a cast for each.  WAIT: launched as a dependent of
+    # the kernel writing the partials (dependent_launch), it may start before they are written.
+    if WAIT:
+        gdc_wait()
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ok_n = cols < N
     r = tl.arange(0, BLOCK_P)
@@ -474,7 +489,7 @@ def _coop_plan(dy, x, dh, center: bool, eps: float, shape: CoopRows, saved: bool
         coop = replace(coop, stages=None)  # a cooperative grid must fit at once: no staging then
     launch = Launch(_coop_rows_kernel, (coop.grid,), dict(
         CENTER=center, HAS_DH=dh is not dy, SAVED=saved, BLOCK_N=coop.block_n, num_warps=coop.num_warps,
-        **plans.coop_launch_args(coop, x.device)))
+        DEPENDENTS=dependent_launch(x.device), **plans.coop_launch_args(coop, x.device)))
     sync = exchange.exchange_buffer(x.device, coop.grid)
     ints = (sync, sync.numel(), M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, coop.splits)  # dx is dense
     return _partials(launch, ints, coop.grid // coop.splits, N, center, takes_stats=True)
@@ -521,7 +536,7 @@ def _plan(dy, x, w, dh, center: bool, eps: float, onchip: bool, programs: int | 
         partials, launches, n_partials = _rows_plan(dy, x, dh, center, eps, programs, prefetch)
     else:
         partials, launches, n_partials = _long_rows_plan(dy, x, dh, center, eps, programs)
-    total, summed = _sum_plan(n_partials, N, center)
+    total, summed = _sum_plan(n_partials, N, center, x.device)
 
     def plan(dy, x, w, dh, stats):
         dx = x.new_empty((M, N))
@@ -534,11 +549,14 @@ def _plan(dy, x, w, dh, center: bool, eps: float, onchip: bool, programs: int | 
     return plan, launches + [summed]
 
 
-def _sum_plan(n_partials: int, N: int, with_db: bool):
+def _sum_plan(n_partials: int, N: int, with_db: bool, device):
     """(total, its launch): total(dw_part, db_part, dw, db) sums the [n_partials, N] fp32 partials
-    of dw (and of db, with_db) into dw (db), written in their dtype."""
+    of dw (and of db, with_db) into dw (db), written in their dtype.  Where it can, the launch is a
+    dependent of the partials' kernel: it then starts 1-1.5 us earlier (docs/kernels.md)."""
+    pdl = dependent_launch(device)
+    options = dict(launch_pdl=True) if pdl else {}
     launch = Launch(_sum_partials_kernel, (triton.cdiv(N, SUM_BLOCK_N),), dict(
-        HAS_DB=with_db, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4))
+        HAS_DB=with_db, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, WAIT=pdl, num_warps=4, **options))
 
     def total(dw_part, db_part, dw, db):
         launch(dw_part, db_part, dw, db, n_partials, N)
@@ -570,7 +588,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     kernels, unless they take the cooperative one (module docstring).  `programs` sets how many
     programs share the rows (tests), `prefetch` whether rows on chip load the next row ahead
     (None: by dtype and row length, module docstring), `coop` the cooperative launch (None:
-    COOP_ROWS where _coop_rows says so; False: none), `stats` gives the forward's fp32 row
+    coop_rows(N) where _coop_rows says so; False: none), `stats` gives the forward's fp32 row
     statistics (run with save=True: LayerNorm's [M, 2] means and rstds, RMSNorm's [M, 1] rstds),
     which the cooperative kernel reads instead of recomputing them (the others recompute them
     either way), `kernels` collects the compiled kernels launched (a GPU test reads their spill
@@ -596,7 +614,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
         if coop is None:
-            coop = COOP_ROWS if programs is None and _coop_rows(N, x.device) else None
+            coop = coop_rows(N) if programs is None and _coop_rows(N, x.device) else None
         elif coop is False or not plans.coop_enabled(x.device):
             coop = None
         found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop, saved)

@@ -107,7 +107,16 @@ def test_a_cooperative_kernel_asks_for_a_cooperative_launch():
     assert driver.calls[0]["attrs"] == [(cuda_launch._ATTRIBUTE_COOPERATIVE, 1)]
 
 
-@pytest.mark.parametrize("meta", [dict(num_ctas=2), dict(launch_pdl=True), dict(global_scratch_size=64),
+def test_a_dependent_kernel_asks_for_a_programmatic_launch():
+    driver = FakeDriver([0, 0])
+    _direct(driver, [], launch_pdl=True).call(torch.zeros(4), 1, 1.0, 1, 1)
+    _direct(driver, [], launch_pdl=True, launch_cooperative_grid=True).call(torch.zeros(4), 1, 1.0, 1, 1)
+    assert driver.calls[0]["attrs"] == [(cuda_launch._ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)]
+    assert driver.calls[1]["attrs"] == [(cuda_launch._ATTRIBUTE_COOPERATIVE, 1),
+                                        (cuda_launch._ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)]
+
+
+@pytest.mark.parametrize("meta", [dict(num_ctas=2), dict(global_scratch_size=64),
                                   dict(profile_scratch_size=8), dict(tensordesc_meta=[{"swizzle": 3}]),
                                   dict(cluster_dims=(2, 1, 1))])
 def test_kernels_it_leaves_to_triton(meta):

@@ -1,6 +1,8 @@
 """softmax and layernorm in the training modes: our autograd Functions and the layernorm backward
 kernels (rows on chip and the long-row pair) under Triton's interpreter on odd shapes, against
 float64 PyTorch; and every implementation's cells in every mode."""
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,6 +162,8 @@ def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypat
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536)] == [False] * 3
     monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536, 65537)] == [False, True, True, False]
+    # 1024-column chunks up to 32 a row, 2048 above
+    assert [klnb.coop_rows(n).chunk for n in (8193, 32768, 32769, 65536)] == [1024, 1024, 2048, 2048]
     monkeypatch.undo()
     monkeypatch.setattr(klnb, "_PLANS", {})
     g = torch.Generator().manual_seed(37)
@@ -177,7 +181,7 @@ def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypat
 @pytest.mark.parametrize("center", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
-    # Teams of 5-20 programs a row, ragged last chunks (9000, 40000 columns), rows past M in the
+    # Teams of 5-40 programs a row, ragged last chunks (9000, 40000 columns), rows past M in the
     # last round.
     M, N = shape
     g = torch.Generator(device="cuda").manual_seed(N)
@@ -187,10 +191,11 @@ def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
     x, w, dy, dh = (t.to(dtype) for t in (x, w, dy, dh))
     want = _norm_reference(x, w, dy, dh, center)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
-    # the heuristic's launch and the other way to load ahead, recomputing and reading the statistics
-    stats = _row_stats(x, center)
-    for coop, stats in [(None, None), (klnb.CoopRows(prefetch=True), None), (None, stats),
-                        (klnb.CoopRows(prefetch=True), stats)]:
+    # the heuristic's launch, the other chunk and the other way to load ahead, recomputing and
+    # reading the statistics
+    other = klnb.COOP_WIDE if klnb.coop_rows(N) is klnb.COOP_NARROW else klnb.COOP_NARROW
+    saved = _row_stats(x, center)
+    for coop, stats in itertools.product([None, other, klnb.CoopRows(prefetch=True)], [None, saved]):
         kernels = []
         got = klnb.norm_backward(dy, x, w, dh, center=center, eps=1e-5, coop=coop, stats=stats, kernels=kernels)
         assert kernels[0].name == "_coop_rows_kernel"
@@ -204,7 +209,7 @@ def test_weight_gradient_partials_summed_in_one_kernel(dtype, with_db):
     # 70 partial rows: a full block of SUM_BLOCK_P and a ragged one; 45 columns: a ragged block
     g = torch.Generator().manual_seed(70)
     dw, db = torch.randn(70, 45, generator=g), torch.randn(70, 45, generator=g)
-    total, _ = klnb._sum_plan(70, 45, with_db)
+    total, _ = klnb._sum_plan(70, 45, with_db, dw.device)
     gw = torch.full((45,), float("nan"), dtype=dtype)
     gb = torch.full((45,), float("nan"), dtype=dtype) if with_db else None
     total(dw, db if with_db else dw, gw, gb if with_db else gw)
