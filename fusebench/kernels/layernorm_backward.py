@@ -26,12 +26,11 @@ Three variants, chosen by row length (as the forwards' plans are):
   Two programs an SM up to 4096 columns, one above (_rows_plan).  Above 8192 columns a row no
   longer fits a program's registers with its dw and db, and spills.
 * Cooperative rows (COOP_FROM_N < N <= COOP_MAX_N, GPU launches only): the rows-on-chip kernel
-  with each row shared by the programs of a team, a chunk each (coop_rows: 1024 columns at eight
-  programs an SM up to 32768 columns, 2048 at four above); they exchange their chunks' sums
-  through global memory (exchange.py), so a row is still read once and a program holds 8 or 16
-  columns of it a thread.  The next row's chunk is loaded while the team exchanges, through
-  shared memory (on an H100 1.1-1.6x the other two variants at 16384-65536 columns,
-  docs/kernels.md).
+  with each row shared by the programs of a team, a chunk each (coop_rows: 512-2048 columns, at
+  most 32 a row, 1024 or more for fp32); they exchange their chunks' sums through global memory
+  (exchange.py), so a row is still read once and a program holds 16 columns of it a thread.  The
+  next row's chunk is loaded while the team exchanges, through shared memory (on an H100 1.1-1.6x
+  the other two variants at 16384-65536 columns, docs/kernels.md).
 * Long rows (above COOP_MAX_N, or above the rows-on-chip limits without cooperative launches):
   the row is walked in chunks by two kernels.  `_row_stats` takes one row per program and writes
   its four scalars (mean, rstd, mean(g * x-hat), mean(g)); `_columns` takes a block of columns
@@ -55,7 +54,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fusebench.kernels import exchange, plans
-from fusebench.kernels.device import dependent_launch, num_sms
+from fusebench.kernels.device import cdiv, dependent_launch, next_pow2, num_sms
 from fusebench.kernels.exchange import collect, column, coop_layout, exchange_finish, exchange_slots, publish
 from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.rowwise import add2, add4
@@ -95,18 +94,22 @@ class CoopRows:
     stages: int | None = None
 
 
-# Sweeps on an H100 with the forward's statistics read (docs/kernels.md): 8 columns a thread at
-# eight programs an SM up to 32 chunks a row (1.5-2.4% faster at 8192-16384 rows of 16384-32768
-# columns), 16 at four above, where 1024-column chunks are up to 3.5% slower.  Both stage the
-# next row through shared memory (the register prefetch is 0.83-1.01x as fast).
-COOP_NARROW, COOP_WIDE = CoopRows(1024, 2, 8, stages=2), CoopRows(2048, 4, 4, stages=2)
-COOP_NARROW_MAX_N = 32768
+# Sweeps on an H100 with the forward's statistics read (docs/kernels.md): 16 columns a thread and
+# 16 warps an SM, in the smallest chunk that leaves a row at most 32 programs: at 16384 columns
+# bf16 LayerNorm in 512-column chunks at one warp is 4-6% faster than in 2048 at four.  fp32 rows
+# take chunks of 1024 columns or more (in 512 they are up to 2% slower).  Each stages the next
+# row through shared memory (the register prefetch is 0.83-1.01x as fast).
+COOP_MAX_SPLITS = 32
 COOP_FROM_N, COOP_MAX_N = 8192, 65536
 
 
-def coop_rows(N: int) -> CoopRows:
-    """The cooperative launch for rows of N columns (COOP_FROM_N < N <= COOP_MAX_N)."""
-    return COOP_NARROW if N <= COOP_NARROW_MAX_N else COOP_WIDE
+def coop_rows(N: int, elem_size: int) -> CoopRows:
+    """The cooperative launch for rows of N columns (COOP_FROM_N < N <= COOP_MAX_N) of
+    `elem_size`-byte inputs: chunks of 512 (2-byte) or 1024 (fp32) to 2048 columns, at most
+    COOP_MAX_SPLITS a row, 16 columns a thread, 16 warps an SM."""
+    chunk = max(512 if elem_size <= 2 else 1024, next_pow2(cdiv(N, COOP_MAX_SPLITS)))
+    warps = chunk // (16 * 32)
+    return CoopRows(chunk, warps, 16 // warps, stages=2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -588,7 +591,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     kernels, unless they take the cooperative one (module docstring).  `programs` sets how many
     programs share the rows (tests), `prefetch` whether rows on chip load the next row ahead
     (None: by dtype and row length, module docstring), `coop` the cooperative launch (None:
-    coop_rows(N) where _coop_rows says so; False: none), `stats` gives the forward's fp32 row
+    coop_rows where _coop_rows says so; False: none), `stats` gives the forward's fp32 row
     statistics (run with save=True: LayerNorm's [M, 2] means and rstds, RMSNorm's [M, 1] rstds),
     which the cooperative kernel reads instead of recomputing them (the others recompute them
     either way), `kernels` collects the compiled kernels launched (a GPU test reads their spill
@@ -614,7 +617,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
         if prefetch is None:
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
         if coop is None:
-            coop = coop_rows(N) if programs is None and _coop_rows(N, x.device) else None
+            coop = coop_rows(N, x.element_size()) if programs is None and _coop_rows(N, x.device) else None
         elif coop is False or not plans.coop_enabled(x.device):
             coop = None
         found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop, saved)

@@ -162,8 +162,11 @@ def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypat
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536)] == [False] * 3
     monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536, 65537)] == [False, True, True, False]
-    # 1024-column chunks up to 32 a row, 2048 above
-    assert [klnb.coop_rows(n).chunk for n in (8193, 32768, 32769, 65536)] == [1024, 1024, 2048, 2048]
+    # chunks of 512 (fp32: 1024) to 2048 columns, at most 32 a row, at 16 warps an SM
+    widths = (8193, 16384, 16385, 32768, 32769, 65536)
+    bf16, fp32 = ([(c.chunk, c.warps, c.per_sm) for c in (klnb.coop_rows(n, size) for n in widths)] for size in (2, 4))
+    assert bf16 == [(512, 1, 16)] * 2 + [(1024, 2, 8)] * 2 + [(2048, 4, 4)] * 2
+    assert fp32 == [(1024, 2, 8)] * 4 + [(2048, 4, 4)] * 2
     monkeypatch.undo()
     monkeypatch.setattr(klnb, "_PLANS", {})
     g = torch.Generator().manual_seed(37)
@@ -193,7 +196,8 @@ def test_norm_backward_cooperative_teams_on_gpu(shape, center, dtype):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     # the heuristic's launch, the other chunk and the other way to load ahead, recomputing and
     # reading the statistics
-    other = klnb.COOP_WIDE if klnb.coop_rows(N) is klnb.COOP_NARROW else klnb.COOP_NARROW
+    chunk = klnb.coop_rows(N, x.element_size()).chunk
+    other = klnb.CoopRows(2048, 4, 4, stages=2) if chunk < 2048 else klnb.CoopRows(1024, 2, 8, stages=2)
     saved = _row_stats(x, center)
     for coop, stats in itertools.product([None, other, klnb.CoopRows(prefetch=True)], [None, saved]):
         kernels = []
