@@ -21,6 +21,9 @@ from fusebench.kernels.launch import Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
 BLOCK = 1024
+# The backward at 8 warps (4 elements a thread) is 0.2-0.5% faster than at 4 on an H100 at
+# 4096-16384 x 14336-28672 bf16, where 2048-4096-element blocks and evict_first loads are slower.
+FWD_WARPS, BWD_WARPS = 4, 8
 
 
 @triton.jit
@@ -60,9 +63,10 @@ class _Launcher:
 
     __slots__ = ("launch", "n", "shape", "stride")
 
-    def __init__(self, kernel, a):
+    def __init__(self, kernel, a, num_warps: int):
         self.n, self.shape, self.stride = a.numel(), tuple(a.shape), a.stride()
-        self.launch = Launch(kernel, (triton.cdiv(self.n, BLOCK),), dict(BLOCK=BLOCK, num_warps=4)) if self.n else None
+        self.launch = (Launch(kernel, (triton.cdiv(self.n, BLOCK),), dict(BLOCK=BLOCK, num_warps=num_warps))
+                       if self.n else None)
 
 
 # ("fwd" or "bwd", the operands' signature) -> its _Launcher
@@ -99,7 +103,8 @@ def _miss(direction, kernel, wrapper, *operands):
         raise ValueError(f"dy {tuple(operands[0].shape)} and a {tuple(operands[-1].shape)} differ")
     if not all(t.is_contiguous() for t in operands):
         return wrapper(*(t.contiguous() for t in operands))
-    _LAUNCHERS[(direction, signature(*operands))] = _Launcher(kernel, operands[-1])
+    _LAUNCHERS[(direction, signature(*operands))] = _Launcher(kernel, operands[-1],
+                                                              FWD_WARPS if direction == "fwd" else BWD_WARPS)
     return wrapper(*operands)
 
 
