@@ -19,6 +19,8 @@ def _conv_paths(shape):
     paths = ["cudnn", "igemm"]
     if shape[5] == 1 and shape[6] == 1 and shape[7] == 1:
         paths.append("gemm")
+    if not shape[7]:
+        paths.append("cudnn_cl")
     return paths
 
 
@@ -33,6 +35,8 @@ def test_conv(name, shape, dtype, monkeypatch):
         out = run_case(name, shape, dtype)
         if shape[7]:
             assert out.is_contiguous(memory_format=torch.channels_last) or path == "cudnn"
+        else:
+            assert out.is_contiguous()  # NCHW in, NCHW out, whichever way it ran
     monkeypatch.setattr(kconv, "CONV_PATH", "auto")
     monkeypatch.setattr(kconv, "CONV_BN_WAY", "auto")
     run_case(name, shape, dtype)
@@ -51,7 +55,8 @@ def test_implicit_gemm_configs_fit_shared_memory(dtype):
                                    (1, 70, 3, 3, 70, 1, 1, 1)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.interpreter
 def test_epilogue_kernel_layouts(shape):
-    # The 2-D epilogue: channel as the column (channels_last) or as row % C (NCHW), ragged tiles.
+    # The flat epilogue: channel i % C (channels_last) or (i // (H * W)) % C (NCHW), a ragged last
+    # block.
     n, cin, h, w, cout, r, stride, cl = shape
     g = torch.Generator().manual_seed(0)
     y = torch.randn(n, cout, h, w, generator=g)
@@ -68,6 +73,28 @@ def test_epilogue_kernel_layouts(shape):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(2, 8, 9, 9), (3, 70, 5, 3), (1, 5, 3, 3), (2, 40, 17, 19)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.interpreter
+def test_channels_last_copy_and_nchw_epilogue(shape):
+    # the channels_last route's kernels, on tiles ragged along channels and pixels: the copy of a
+    # dense NCHW tensor, and the epilogue from a channels_last y into a new NCHW output
+    n, c, h, w = shape
+    g = torch.Generator().manual_seed(c)
+    x = torch.randn(shape, generator=g)
+    got = kconv._to_channels_last_plan(x)(x)
+    assert got.is_contiguous(memory_format=torch.channels_last) and torch.equal(got, x)
+    y = torch.randn(shape, generator=g).contiguous(memory_format=torch.channels_last)
+    res, bias = torch.randn(shape, generator=g), torch.randn(c, generator=g)
+    out = torch.empty(shape)
+    bc, bp = kconv._transpose_tiles(c, h * w)
+    grid = (n, -(-h * w // bp), -(-c // bc))
+    kconv._epilogue_to_nchw_kernel[grid](y, out, y, y, y, y, bias, res, c, h * w, kconv.BN_EPS, 0, 1, 1, 1,
+                                         BLOCK_P=bp, BLOCK_C=bc)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, torch.relu(y + bias[:, None, None] + res), rtol=1e-6, atol=1e-6)
+
+
 def test_fold_bn_matches_batch_norm():
     case = get_case("conv_bn")
     x, w, mean, var, gamma, beta, stride = case.make_inputs((2, 8, 9, 9, 16, 3, 1, 1), torch.float32, DEVICE, 3)
@@ -82,6 +109,7 @@ def test_conv_describe_names_path():
     kconv.CONV_PATH = "auto"
     d = KERNELS["conv_relu"].describe
     assert "cudnn" in d((32, 64, 56, 56, 64, 3, 1, 0), torch.float16)
+    assert "channels_last" in d((32, 64, 56, 56, 64, 3, 1, 0), torch.float16)
     assert "igemm" in d((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
     assert "gemm" in d((32, 256, 14, 14, 1024, 1, 1, 1), torch.float16)
     assert "folded" in KERNELS["conv_bn"].describe((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
