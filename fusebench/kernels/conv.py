@@ -385,20 +385,26 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
       3x3 conv at 7x7 has too few output tiles for a GEMM without split-K), but not by much
       everywhere, so both are timed at the first call per shape and the faster is kept.
     - fp32: cuDNN (PyTorch runs fp32 convs as tf32 on cuDNN; ours would be tf32 too, and slower).
+    On an H100 (2026-11-26, fp16): at NCHW 3x3 layers cuDNN's channels_last conv is 1.6-2x faster
+    than its NCHW one, and with the copies and the NCHW-writing epilogue the channels_last route
+    is 1.2-1.37x faster than the NCHW conv + epilogue; at NCHW 1x1 layers it is 0.82-0.96x, so
+    those stay NCHW.
     """
     forced = CONV_PATH
     if forced in ("igemm", "cudnn"):
         return [forced], "forced by FUSEBENCH_CONV_PATH"
-    if forced == "cudnn_cl" and not channels_last:
+    if forced == "cudnn_cl" and not channels_last:  # 1x1 too
         return [forced], "forced by FUSEBENCH_CONV_PATH"
     if forced == "gemm" and channels_last and r == 1 and stride == 1:
         return ["gemm"], "forced by FUSEBENCH_CONV_PATH"
     if dtype == torch.float32:
         return ["cudnn"], "fp32: cuDNN's tf32 conv + Triton epilogue"
+    if not channels_last and r == 1:
+        return ["cudnn"], "NCHW 1x1: cuDNN conv + in-place Triton epilogue"
     if not channels_last:
-        return ["cudnn", "cudnn_cl"], ("NCHW: faster of cuDNN conv + in-place Triton epilogue and cuDNN's channels_last "
-                                       "conv on copies, its epilogue writing NCHW (strided C_in gathers make implicit "
-                                       "GEMM slow)")
+        return ["cudnn_cl", "cudnn"], ("NCHW: faster of cuDNN's channels_last conv on copies, its epilogue writing "
+                                       "NCHW, and cuDNN's NCHW conv + in-place Triton epilogue (strided C_in gathers "
+                                       "make implicit GEMM slow)")
     if r == 1 and stride == 1:
         return ["cudnn", "gemm"], "channels_last 1x1: faster of cuDNN conv + Triton epilogue and one fused GEMM"
     return ["cudnn", "igemm"], "channels_last: faster of cuDNN conv + Triton epilogue and implicit-GEMM conv"
@@ -537,11 +543,11 @@ def _cudnn_plan(x, w, stride, bias, residual, relu):
     return plan, y
 
 
-def _cudnn_cl_plan(x, w, stride, bias, residual, relu):
+def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
     """NCHW in and out through cuDNN's channels_last conv: x and w copied to channels_last by one
-    kernel each, the conv, then the epilogue reading its result and writing a new NCHW output: four
-    launches, where cuDNN's NCHW kernels are up to 2x slower than its channels_last ones (fp16,
-    docs/kernels.md)."""
+    kernel each, the conv, then the epilogue (with batch norm where `bn` is given) reading its
+    result and writing a new NCHW output: four launches, where cuDNN's NCHW kernels are 1.6-2x
+    slower than its channels_last ones at 3x3 (fp16, docs/kernels.md).  The plan takes bn too."""
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
     x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w)
@@ -551,18 +557,19 @@ def _cudnn_cl_plan(x, w, stride, bias, residual, relu):
     bc, bp = _transpose_tiles(c, h * wd)
     launch = Launch(_epilogue_to_nchw_kernel, (n, triton.cdiv(h * wd, bp), triton.cdiv(c, bc)),
                     dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=4))
-    ints = (c, h * wd, BN_EPS, 0, int(bias is not None), int(residual is not None), int(relu))
+    ints = (c, h * wd, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None), int(relu))
     dense_res = residual is None or residual.stride() == nchw  # else made NCHW per call
 
-    def plan(x, w, bias, residual):
+    def plan(x, w, bias, residual, bn=None):
         y = conv2d(x_cl(x), w_cl(w), None, stride, pad)
         out = y.new_empty_strided(shape, nchw)
         if not dense_res:
             residual = residual.contiguous()
-        launch(y, out, y, y, y, y, y if bias is None else bias, y if residual is None else residual, *ints)
+        launch(y, out, *(bn if bn is not None else (y, y, y, y)), y if bias is None else bias,
+               y if residual is None else residual, *ints)
         return out
 
-    return plan, plan(x, w, bias, residual)
+    return plan, plan(x, w, bias, residual, bn)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -666,7 +673,14 @@ def _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, way):
 
 
 def _bn_epilogue_plan(x, w, mean, var, gamma, beta, stride):
-    """cuDNN's conv of the raw weights, then batch norm in the epilogue kernel: two launches."""
+    """cuDNN's conv of the raw weights, then batch norm in the epilogue kernel: two launches; or,
+    where conv_fused's first path for the shape is "cudnn_cl", that path with batch norm in its
+    epilogue."""
+    n, cin, h, wd = x.shape
+    if candidate_paths(n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype)[0][0] == "cudnn_cl" \
+            and _dense_format(x) is not None and _dense_format(w) is not None:
+        cl, y = _cudnn_cl_plan(x, w, stride, None, None, False, (mean, var, gamma, beta))
+        return (lambda x, w, mean, var, gamma, beta: cl(x, w, None, None, (mean, var, gamma, beta))), y
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
     y = conv2d(x, w, None, stride, pad)

@@ -151,6 +151,18 @@ def test_second_call_takes_the_plan(name, monkeypatch, fresh_plans):
     assert len(choices) > made[0] and sum(map(len, builds)) > made[1]
 
 
+def test_nchw_3x3_takes_the_channels_last_route(monkeypatch, fresh_plans):
+    # 2-byte NCHW 3x3 convs: conv_fused's first path and conv_bn's bn-epilogue way copy x and w to
+    # channels_last and write an NCHW output; NCHW 1x1 convs stay NCHW
+    built = spy(monkeypatch, kconv, "_cudnn_cl_plan")
+    monkeypatch.setattr(kconv, "CONV_BN_WAY", "bn-epilogue")
+    for name in ("conv_add", "conv_relu", "conv_bn"):
+        assert run_case(name, (2, 8, 9, 9, 16, 3, 1, 0), torch.float16).is_contiguous()
+    assert len(built) == 3
+    run_case("conv_add", (2, 8, 9, 9, 16, 1, 1, 0), torch.float16)
+    assert len(built) == 3
+
+
 @pytest.mark.parametrize("path", ["gemm", "igemm", "cudnn"])
 def test_forced_paths_on_repeated_calls(path, monkeypatch, fresh_plans):
     # the 1x1 GEMM's plan is given the 4-D tensors whose 2-D views it was made for
