@@ -31,9 +31,10 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from fusebench import settings
-from fusebench.kernels.device import is_hopper_or_newer, next_pow2
+from fusebench.kernels.device import dependent_launch, is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.gemm_configs import config, fit_smem
@@ -56,11 +57,14 @@ BN_EPS = 1e-5  # fusebench/cases/conv.py's eps
 def _epilogue_kernel(y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, res_ptr, n, L, C, eps,  #
                      HAS_BN, HAS_BIAS, HAS_RES, RELU,  #
                      PER_CHANNEL: tl.constexpr, CHANNEL_IS_LAST: tl.constexpr, WIDE: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, WAIT: tl.constexpr):
     # y and res are dense with the same strides, walked as flat vectors of n elements, BLOCK a
     # program.  Element i's channel is i % C in channels_last storage (N, H, W, C), and (i // L) % C
     # in NCHW, L = H * W; it is computed only where a per-channel vector is read (PER_CHANNEL), in
-    # 32-bit arithmetic unless the tensor needs 64 (WIDE).
+    # 32-bit arithmetic unless the tensor needs 64 (WIDE).  WAIT: launched as a dependent of the
+    # conv (dependent_launch), it waits for it before reading y.
+    if WAIT:
+        gdc_wait()
     pid = tl.program_id(0)
     offs = (pid.to(tl.int64) if WIDE else pid) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -83,9 +87,13 @@ def _epilogue_kernel(y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, re
 
 
 @triton.jit
-def _to_channels_last_kernel(src_ptr, dst_ptr, C, P, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+def _to_channels_last_kernel(src_ptr, dst_ptr, C, P, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+                             WAIT: tl.constexpr):
     # One image's [C, P] plane of an NCHW tensor (P = H * W) into its [P, C] channels_last storage:
     # a tile read along P and written along C (the compiler transposes it through shared memory).
+    # WAIT: launched as a dependent of the kernel before it.
+    if WAIT:
+        gdc_wait()
     img = tl.program_id(0).to(tl.int64) * C * P
     p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
     c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -97,9 +105,11 @@ def _to_channels_last_kernel(src_ptr, dst_ptr, C, P, BLOCK_C: tl.constexpr, BLOC
 @triton.jit(do_not_specialize=["HAS_BN", "HAS_BIAS", "HAS_RES", "RELU"])
 def _epilogue_to_nchw_kernel(y_ptr, out_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, res_ptr, C, P, eps,  #
                              HAS_BN, HAS_BIAS, HAS_RES, RELU,  #
-                             BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                             BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, WAIT: tl.constexpr):
     # _epilogue_kernel from a channels_last y ([P, C] an image) into a new NCHW out ([C, P] an
     # image, as the residual): a [BLOCK_P, BLOCK_C] tile, the channel vector loaded once.
+    if WAIT:
+        gdc_wait()
     img = tl.program_id(0).to(tl.int64) * C * P
     p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
     c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -129,13 +139,23 @@ def _transpose_tiles(C: int, P: int) -> tuple[int, int]:
     return min(cap, next_pow2(C, floor=16)), min(cap, next_pow2(P, floor=16))
 
 
-def _to_channels_last_plan(t: torch.Tensor):
-    """plan(t) -> a channels_last copy of the dense NCHW tensor t's key, through one kernel."""
+def _dependent(device) -> dict:
+    """The constexpr and launch option of a kernel launched as a dependent of the one before it in
+    the same call (1-1.5 us earlier on an H100, docs/kernels.md); the first kernel of a call is
+    not, so that nothing of it starts before a caller's timing event."""
+    pdl = dependent_launch(device)
+    return dict(WAIT=pdl, **(dict(launch_pdl=True) if pdl else {}))
+
+
+def _to_channels_last_plan(t: torch.Tensor, dependent: bool = False):
+    """plan(t) -> a channels_last copy of the dense NCHW tensor t's key, through one kernel (a
+    dependent launch, `dependent`)."""
     n, c, h, w = t.shape
     shape = tuple(t.shape)
     bc, bp = _transpose_tiles(c, h * w)
+    wait = _dependent(t.device) if dependent else dict(WAIT=False)
     launch = Launch(_to_channels_last_kernel, (n, triton.cdiv(h * w, bp), triton.cdiv(c, bc)),
-                    dict(BLOCK_C=bc, BLOCK_P=bp, num_warps=4))
+                    dict(BLOCK_C=bc, BLOCK_P=bp, num_warps=4, **wait))
     cl_stride = (h * w * c, 1, w * c, c)
 
     def plan(t):
@@ -191,7 +211,7 @@ def _epilogue_plan(y, bias, residual, relu, bn):
     block = 256 if interpreting() else 1024
     launch = Launch(_epilogue_kernel, (triton.cdiv(y.numel(), block),), dict(
         PER_CHANNEL=bias is not None or bn is not None, CHANNEL_IS_LAST=fmt == torch.channels_last and c > 1,
-        WIDE=y.numel() + block >= 2**31, BLOCK=block, num_warps=4))
+        WIDE=y.numel() + block >= 2**31, BLOCK=block, num_warps=4, **_dependent(y.device)))
     ints = (y.numel(), h * w, c, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None),
             int(relu))
 
@@ -385,9 +405,9 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
       3x3 conv at 7x7 has too few output tiles for a GEMM without split-K), but not by much
       everywhere, so both are timed at the first call per shape and the faster is kept.
     - fp32: cuDNN (PyTorch runs fp32 convs as tf32 on cuDNN; ours would be tf32 too, and slower).
-    On an H100 (2026-11-26, fp16): at NCHW 3x3 layers cuDNN's channels_last conv is 1.6-2x faster
+    On an H100 (2026-11-26, fp16): at NCHW 3x3 layers cuDNN's channels_last conv is 1.8-2.5x faster
     than its NCHW one, and with the copies and the NCHW-writing epilogue the channels_last route
-    is 1.2-1.37x faster than the NCHW conv + epilogue; at NCHW 1x1 layers it is 0.82-0.96x, so
+    is 1.18-1.37x faster than the NCHW conv + epilogue; at NCHW 1x1 layers it is 0.82-0.96x, so
     those stay NCHW.
     """
     forced = CONV_PATH
@@ -546,17 +566,17 @@ def _cudnn_plan(x, w, stride, bias, residual, relu):
 def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
     """NCHW in and out through cuDNN's channels_last conv: x and w copied to channels_last by one
     kernel each, the conv, then the epilogue (with batch norm where `bn` is given) reading its
-    result and writing a new NCHW output: four launches, where cuDNN's NCHW kernels are 1.6-2x
+    result and writing a new NCHW output: four launches, where cuDNN's NCHW kernels are 1.8-2.5x
     slower than its channels_last ones at 3x3 (fp16, docs/kernels.md).  The plan takes bn too."""
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
-    x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w)
+    x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w, dependent=True)
     y = conv2d(x_cl(x), w_cl(w), None, stride, pad)
     n, c, h, wd = y.shape
     shape, nchw = tuple(y.shape), (c * h * wd, h * wd, wd, 1)
     bc, bp = _transpose_tiles(c, h * wd)
     launch = Launch(_epilogue_to_nchw_kernel, (n, triton.cdiv(h * wd, bp), triton.cdiv(c, bc)),
-                    dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=4))
+                    dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=4, **_dependent(y.device)))
     ints = (c, h * wd, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None), int(relu))
     dense_res = residual is None or residual.stride() == nchw  # else made NCHW per call
 
