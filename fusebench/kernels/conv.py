@@ -34,14 +34,14 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from fusebench import settings
-from fusebench.kernels.device import dependent_launch, is_hopper_or_newer, next_pow2
+from fusebench.kernels.device import is_hopper_or_newer, next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
 from fusebench.kernels.gemm_configs import config, fit_smem
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, precision_note, tuned_launch,
 )
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import Launch, dependent, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm_with_plan
@@ -62,7 +62,7 @@ def _epilogue_kernel(y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, re
     # program.  Element i's channel is i % C in channels_last storage (N, H, W, C), and (i // L) % C
     # in NCHW, L = H * W; it is computed only where a per-channel vector is read (PER_CHANNEL), in
     # 32-bit arithmetic unless the tensor needs 64 (WIDE).  WAIT: launched as a dependent of the
-    # conv (dependent_launch), it waits for it before reading y.
+    # conv (launch.dependent), it waits for it before reading y.
     if WAIT:
         gdc_wait()
     pid = tl.program_id(0)
@@ -139,23 +139,14 @@ def _transpose_tiles(C: int, P: int) -> tuple[int, int]:
     return min(cap, next_pow2(C, floor=16)), min(cap, next_pow2(P, floor=16))
 
 
-def _dependent(device) -> dict:
-    """The constexpr and launch option of a kernel launched as a dependent of the one before it in
-    the same call (1-1.5 us earlier on an H100, docs/kernels.md); the first kernel of a call is
-    not, so that nothing of it starts before a caller's timing event."""
-    pdl = dependent_launch(device)
-    return dict(WAIT=pdl, **(dict(launch_pdl=True) if pdl else {}))
-
-
-def _to_channels_last_plan(t: torch.Tensor, dependent: bool = False):
+def _to_channels_last_plan(t: torch.Tensor, follows: bool = False):
     """plan(t) -> a channels_last copy of the dense NCHW tensor t's key, through one kernel (a
-    dependent launch, `dependent`)."""
+    dependent launch where it `follows` another kernel of the call)."""
     n, c, h, w = t.shape
     shape = tuple(t.shape)
     bc, bp = _transpose_tiles(c, h * w)
-    wait = _dependent(t.device) if dependent else dict(WAIT=False)
     launch = Launch(_to_channels_last_kernel, (n, triton.cdiv(h * w, bp), triton.cdiv(c, bc)),
-                    dict(BLOCK_C=bc, BLOCK_P=bp, num_warps=4, **wait))
+                    dict(BLOCK_C=bc, BLOCK_P=bp, num_warps=4, **dependent(t.device, follows)))
     cl_stride = (h * w * c, 1, w * c, c)
 
     def plan(t):
@@ -211,7 +202,7 @@ def _epilogue_plan(y, bias, residual, relu, bn):
     block = 256 if interpreting() else 1024
     launch = Launch(_epilogue_kernel, (triton.cdiv(y.numel(), block),), dict(
         PER_CHANNEL=bias is not None or bn is not None, CHANNEL_IS_LAST=fmt == torch.channels_last and c > 1,
-        WIDE=y.numel() + block >= 2**31, BLOCK=block, num_warps=4, **_dependent(y.device)))
+        WIDE=y.numel() + block >= 2**31, BLOCK=block, num_warps=4, **dependent(y.device)))
     ints = (y.numel(), h * w, c, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None),
             int(relu))
 
@@ -570,13 +561,13 @@ def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
     slower than its channels_last ones at 3x3 (fp16, docs/kernels.md).  The plan takes bn too."""
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
-    x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w, dependent=True)
+    x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w, follows=True)
     y = conv2d(x_cl(x), w_cl(w), None, stride, pad)
     n, c, h, wd = y.shape
     shape, nchw = tuple(y.shape), (c * h * wd, h * wd, wd, 1)
     bc, bp = _transpose_tiles(c, h * wd)
     launch = Launch(_epilogue_to_nchw_kernel, (n, triton.cdiv(h * wd, bp), triton.cdiv(c, bc)),
-                    dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=4, **_dependent(y.device)))
+                    dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=4, **dependent(y.device)))
     ints = (c, h * wd, BN_EPS, int(bn is not None), int(bias is not None), int(residual is not None), int(relu))
     dense_res = residual is None or residual.stride() == nchw  # else made NCHW per call
 

@@ -47,6 +47,17 @@ def signature(*tensors: torch.Tensor | None) -> tuple:
     return tuple(key)
 
 
+def dependent(device, on: bool = True) -> dict:
+    """What a kernel with a `WAIT` constexpr (gdc_wait() first when set) takes to be launched as a
+    programmatic dependent of the kernel before it in the stream, where the device can
+    (dev.dependent_launch): its programs may then start as that kernel's end, or as it lets them
+    (gdc_launch_dependents), 1-1.6 us sooner on an H100 (docs/kernels.md).  Only for a call's
+    second and later kernels, so that no kernel of a call starts before a caller's timing event;
+    `on=False` gives the plain launch."""
+    pdl = on and dev.dependent_launch(device)
+    return dict(WAIT=pdl, launch_pdl=True) if pdl else dict(WAIT=False)
+
+
 def is_final(tuner, tuner_key, device, n_candidates: int) -> bool:
     """Whether the plan the tuner just returned for `tuner_key` is the one every later call would
     get, so that a launcher may keep it: one candidate, a device the tuner never times on (the CPU,

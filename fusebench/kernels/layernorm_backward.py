@@ -56,7 +56,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from fusebench.kernels import exchange, plans
 from fusebench.kernels.device import cdiv, dependent_launch, next_pow2, num_sms
 from fusebench.kernels.exchange import collect, column, coop_layout, exchange_finish, exchange_slots, publish
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import Launch, dependent, signature
 from fusebench.kernels.rowwise import add2, add4
 
 LAYERNORM_EPS = 1e-5
@@ -417,7 +417,7 @@ def _sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, P, N, HAS_DB:
                          BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, WAIT: tl.constexpr):
     # dw (and db) = the [P, N] fp32 partials summed over P, written in the weight's dtype: one
     # launch for both, where torch takes a sum and a cast for each.  WAIT: launched as a dependent of
-    # the kernel writing the partials (dependent_launch), it may start before they are written.
+    # the kernel writing the partials (launch.dependent), it may start before they are written.
     if WAIT:
         gdc_wait()
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -556,10 +556,8 @@ def _sum_plan(n_partials: int, N: int, with_db: bool, device):
     """(total, its launch): total(dw_part, db_part, dw, db) sums the [n_partials, N] fp32 partials
     of dw (and of db, with_db) into dw (db), written in their dtype.  Where it can, the launch is a
     dependent of the partials' kernel: it then starts 1-1.5 us earlier (docs/kernels.md)."""
-    pdl = dependent_launch(device)
-    options = dict(launch_pdl=True) if pdl else {}
     launch = Launch(_sum_partials_kernel, (triton.cdiv(N, SUM_BLOCK_N),), dict(
-        HAS_DB=with_db, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, WAIT=pdl, num_warps=4, **options))
+        HAS_DB=with_db, BLOCK_P=SUM_BLOCK_P, BLOCK_N=SUM_BLOCK_N, num_warps=4, **dependent(device)))
 
     def total(dw_part, db_part, dw, db):
         launch(dw_part, db_part, dw, db, n_partials, N)

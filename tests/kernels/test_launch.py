@@ -370,3 +370,11 @@ def test_tma_plan_passes_each_call_s_own_tensors(monkeypatch):
     assert [geometry[i][:2] for i in range(3)] == [([64, 32], [32, 1]), ([48, 32], [32, 1]), ([64, 48], [48, 1])]
     kept = [x.cell_contents for x in plan.__closure__]
     assert not any(isinstance(x, TensorDescriptor) or x is a2 or x is out for x in kept)
+
+
+def test_dependent_launch_options(monkeypatch):
+    # a kernel's WAIT constexpr and Triton's launch_pdl go together, and only where the device can
+    assert launch_module.dependent("cpu") == {"WAIT": False}
+    monkeypatch.setattr(launch_module.dev, "dependent_launch", lambda device: True)
+    assert launch_module.dependent("cuda") == {"WAIT": True, "launch_pdl": True}
+    assert launch_module.dependent("cuda", on=False) == {"WAIT": False}
