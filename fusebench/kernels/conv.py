@@ -87,19 +87,31 @@ def _epilogue_kernel(y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, re
 
 
 @triton.jit
-def _to_channels_last_kernel(src_ptr, dst_ptr, C, P, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
-                             WAIT: tl.constexpr):
-    # One image's [C, P] plane of an NCHW tensor (P = H * W) into its [P, C] channels_last storage:
-    # a tile read along P and written along C (the compiler transposes it through shared memory).
-    # WAIT: launched as a dependent of the kernel before it.
-    if WAIT:
-        gdc_wait()
-    img = tl.program_id(0).to(tl.int64) * C * P
-    p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
-    c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+def _plane_tile(src_ptr, dst_ptr, t, C, P, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+    # Tile t of an NCHW tensor's [C, P] planes (P = H * W; images outermost, then pixel blocks,
+    # then channel blocks) into its [P, C] channels_last storage: read along P, written along C
+    # (the compiler transposes the tile through shared memory).
+    c_tiles = tl.cdiv(C, BLOCK_C)
+    per_image = tl.cdiv(P, BLOCK_P) * c_tiles
+    img = (t // per_image).to(tl.int64) * C * P
+    p = (t % per_image) // c_tiles * BLOCK_P + tl.arange(0, BLOCK_P)
+    c = t % c_tiles * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (c < C)[:, None] & (p < P)[None, :]
     tile = tl.load(src_ptr + img + c[:, None] * P + p[None, :], mask=mask)
     tl.store(dst_ptr + img + p[None, :] * C + c[:, None], tile, mask=mask)
+
+
+@triton.jit
+def _to_channels_last_kernel(x_ptr, x_cl_ptr, w_ptr, w_cl_ptr, CX, PX, CW, PW, X_TILES,
+                             BLOCK_CX: tl.constexpr, BLOCK_PX: tl.constexpr, BLOCK_CW: tl.constexpr,
+                             BLOCK_PW: tl.constexpr):
+    # x (NCHW) and w (OIHW) into channels_last copies in one launch: the first X_TILES programs
+    # take x's tiles, the others w's (a plane of R * S pixels, so narrower tiles).
+    t = tl.program_id(0)
+    if t < X_TILES:
+        _plane_tile(x_ptr, x_cl_ptr, t, CX, PX, BLOCK_CX, BLOCK_PX)
+    else:
+        _plane_tile(w_ptr, w_cl_ptr, t - X_TILES, CW, PW, BLOCK_CW, BLOCK_PW)
 
 
 @triton.jit(do_not_specialize=["HAS_BN", "HAS_BIAS", "HAS_RES", "RELU"])
@@ -139,22 +151,31 @@ def _transpose_tiles(C: int, P: int) -> tuple[int, int]:
     return min(cap, next_pow2(C, floor=16)), min(cap, next_pow2(P, floor=16))
 
 
-def _to_channels_last_plan(t: torch.Tensor, follows: bool = False):
-    """plan(t) -> a channels_last copy of the dense NCHW tensor t's key, through one kernel (a
-    dependent launch where it `follows` another kernel of the call)."""
-    n, c, h, w = t.shape
-    shape = tuple(t.shape)
-    bc, bp = _transpose_tiles(c, h * w)
-    launch = Launch(_to_channels_last_kernel, (n, triton.cdiv(h * w, bp), triton.cdiv(c, bc)),
-                    dict(BLOCK_C=bc, BLOCK_P=bp, num_warps=4, **dependent(t.device, follows)))
-    cl_stride = (h * w * c, 1, w * c, c)
+def _to_channels_last_plan(x: torch.Tensor, w: torch.Tensor):
+    """plan(x, w) -> channels_last copies of the dense NCHW x and OIHW w of this key, through one
+    kernel (one launch fewer than a kernel each)."""
+    geometry = []  # per tensor: its [C, P] planes' C and P, the tile, the tiles
+    for t in (x, w):
+        n, c, h, wd = t.shape
+        bc, bp = _transpose_tiles(c, h * wd)
+        geometry.append((c, h * wd, bc, bp, n * triton.cdiv(h * wd, bp) * triton.cdiv(c, bc)))
+    (cx, px, bcx, bpx, x_tiles), (cw, pw, bcw, bpw, w_tiles) = geometry
+    launch = Launch(_to_channels_last_kernel, (x_tiles + w_tiles,),
+                    dict(BLOCK_CX=bcx, BLOCK_PX=bpx, BLOCK_CW=bcw, BLOCK_PW=bpw, num_warps=4))
+    x_shape, w_shape = tuple(x.shape), tuple(w.shape)
+    x_cl, w_cl = (_channels_last_strides(shape) for shape in (x_shape, w_shape))
 
-    def plan(t):
-        dst = t.new_empty_strided(shape, cl_stride)
-        launch(t, dst, c, h * w)
-        return dst
+    def plan(x, w):
+        xc, wc = x.new_empty_strided(x_shape, x_cl), w.new_empty_strided(w_shape, w_cl)
+        launch(x, xc, w, wc, cx, px, cw, pw, x_tiles)
+        return xc, wc
 
     return plan
+
+
+def _channels_last_strides(shape) -> tuple:
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
 
 
 def _dense_format(t: torch.Tensor):
@@ -556,13 +577,13 @@ def _cudnn_plan(x, w, stride, bias, residual, relu):
 
 def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
     """NCHW in and out through cuDNN's channels_last conv: x and w copied to channels_last by one
-    kernel each, the conv, then the epilogue (with batch norm where `bn` is given) reading its
-    result and writing a new NCHW output: four launches, where cuDNN's NCHW kernels are 1.8-2.5x
+    kernel, the conv, then the epilogue (with batch norm where `bn` is given) reading its result
+    and writing a new NCHW output: three launches, where cuDNN's NCHW kernels are 1.8-2.5x
     slower than its channels_last ones at 3x3 (fp16, docs/kernels.md).  The plan takes bn too."""
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
-    x_cl, w_cl = _to_channels_last_plan(x), _to_channels_last_plan(w, follows=True)
-    y = conv2d(x_cl(x), w_cl(w), None, stride, pad)
+    copies = _to_channels_last_plan(x, w)
+    y = conv2d(*copies(x, w), None, stride, pad)
     n, c, h, wd = y.shape
     shape, nchw = tuple(y.shape), (c * h * wd, h * wd, wd, 1)
     bc, bp = _transpose_tiles(c, h * wd)
@@ -572,7 +593,7 @@ def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
     dense_res = residual is None or residual.stride() == nchw  # else made NCHW per call
 
     def plan(x, w, bias, residual, bn=None):
-        y = conv2d(x_cl(x), w_cl(w), None, stride, pad)
+        y = conv2d(*copies(x, w), None, stride, pad)
         out = y.new_empty_strided(shape, nchw)
         if not dense_res:
             residual = residual.contiguous()

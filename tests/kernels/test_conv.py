@@ -78,12 +78,13 @@ def test_epilogue_kernel_layouts(shape):
 @pytest.mark.interpreter
 def test_channels_last_copy_and_nchw_epilogue(shape):
     # the channels_last route's kernels, on tiles ragged along channels and pixels: the copy of a
-    # dense NCHW tensor, and the epilogue from a channels_last y into a new NCHW output
+    # dense NCHW x and its weight, and the epilogue from a channels_last y into a new NCHW output
     n, c, h, w = shape
     g = torch.Generator().manual_seed(c)
-    x = torch.randn(shape, generator=g)
-    got = kconv._to_channels_last_plan(x)(x)
-    assert got.is_contiguous(memory_format=torch.channels_last) and torch.equal(got, x)
+    x, wt = torch.randn(shape, generator=g), torch.randn(c + 3, c, 3, 3, generator=g)  # copied in one launch
+    got = kconv._to_channels_last_plan(x, wt)(x, wt)
+    for a, b in zip(got, (x, wt)):
+        assert a.is_contiguous(memory_format=torch.channels_last) and torch.equal(a, b)
     y = torch.randn(shape, generator=g).contiguous(memory_format=torch.channels_last)
     res, bias = torch.randn(shape, generator=g), torch.randn(c, generator=g)
     out = torch.empty(shape)
@@ -156,7 +157,7 @@ def test_nchw_3x3_takes_the_channels_last_route(monkeypatch, fresh_plans):
     # channels_last and write an NCHW output; NCHW 1x1 convs stay NCHW
     built = spy(monkeypatch, kconv, "_cudnn_cl_plan")
     monkeypatch.setattr(kconv, "CONV_BN_WAY", "bn-epilogue")
-    monkeypatch.setattr(kconv, "fastest", lambda key, candidates, **kw: next(iter(candidates)))  # untimed, as on the CPU
+    monkeypatch.setattr(kconv, "fastest", lambda key, candidates, **kw: next(iter(candidates)))  # untimed: the first
     for name in ("conv_add", "conv_relu", "conv_bn"):
         assert run_case(name, (2, 8, 9, 9, 16, 3, 1, 0), torch.float16).is_contiguous()
     assert len(built) == 3
