@@ -493,8 +493,8 @@ def conv_with_plan(x, w, stride, bias=None, residual=None, relu=False, path=None
             path = "igemm"
         if path == "igemm" and x.numel() >= 2**31:
             path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
-        if path == "cudnn_cl" and (_is_cl(x) or _dense_format(x) is None or _dense_format(w) is None):
-            path = "cudnn"  # the copies take dense NCHW tensors
+        if path == "cudnn_cl" and not (x.is_contiguous() and w.is_contiguous()):
+            path = "cudnn"  # the copies read contiguous NCHW x and OIHW w
         build = {"gemm": _gemm1x1_plan, "igemm": _igemm_plan, "cudnn_cl": _cudnn_cl_plan}.get(path, _cudnn_plan)
         plan, y = build(x, w, stride, bias, residual, relu)
         if path == "cudnn" and gu.graph_capturable(x):  # two launches: the graph option applies
@@ -710,7 +710,7 @@ def _bn_epilogue_plan(x, w, mean, var, gamma, beta, stride):
     epilogue."""
     n, cin, h, wd = x.shape
     if candidate_paths(n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype)[0][0] == "cudnn_cl" \
-            and _dense_format(x) is not None and _dense_format(w) is not None:
+            and x.is_contiguous() and w.is_contiguous():
         cl, y = _cudnn_cl_plan(x, w, stride, None, None, False, (mean, var, gamma, beta))
         return (lambda x, w, mean, var, gamma, beta: cl(x, w, None, None, (mean, var, gamma, beta))), y
     pad = w.shape[-1] // 2

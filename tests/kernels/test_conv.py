@@ -165,6 +165,17 @@ def test_nchw_3x3_takes_the_channels_last_route(monkeypatch, fresh_plans):
     assert len(built) == 3
 
 
+@pytest.mark.interpreter
+def test_channels_last_route_only_for_contiguous_operands(fresh_plans):
+    # the copies read contiguous NCHW x and OIHW w: a channels_last weight beside an NCHW input
+    # takes cuDNN's NCHW path instead, and the result is still right
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(2, 8, 9, 9, generator=g), torch.randn(16, 8, 3, 3, generator=g)
+    w_cl = w.contiguous(memory_format=torch.channels_last)
+    got = kconv.conv_fused(x, w_cl, 1, relu=True, path="cudnn_cl")
+    torch.testing.assert_close(got, torch.relu(torch.nn.functional.conv2d(x, w, padding=1)), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("path", ["gemm", "igemm", "cudnn"])
 def test_forced_paths_on_repeated_calls(path, monkeypatch, fresh_plans):
     # the 1x1 GEMM's plan is given the 4-D tensors whose 2-D views it was made for
