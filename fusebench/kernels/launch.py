@@ -50,7 +50,7 @@ def signature(*tensors: torch.Tensor | None) -> tuple:
 def dependent(device, on: bool = True) -> dict:
     """What a kernel with a `WAIT` constexpr (gdc_wait() first when set) takes to be launched as a
     programmatic dependent of the kernel before it in the stream, where the device can
-    (dev.dependent_launch): its programs may then start as that kernel's end, or as it lets them
+    (dev.dependent_launch): its programs may then start as that kernel ends, or as it lets them
     (gdc_launch_dependents), 1-1.6 us sooner on an H100 (docs/kernels.md).  Only for a call's
     second and later kernels, so that no kernel of a call starts before a caller's timing event;
     `on=False` gives the plain launch."""
