@@ -1,6 +1,6 @@
 """Convolution with a fused epilogue: conv_add, conv_relu, conv_bn.
 
-Three ways to run `epilogue(conv2d(x, w))`, all computing the epilogue in fp32 before one store:
+Six paths run `epilogue(conv2d(x, w))`, all computing the epilogue in fp32 before one store:
 
 - "igemm": an implicit-GEMM Triton convolution.  The GEMM is (output pixels) x (C_out) x
   (R*S*C_in); the A tile is gathered from x on the fly (no im2col buffer), zero padding comes from
@@ -10,6 +10,11 @@ Three ways to run `epilogue(conv2d(x, w))`, all computing the epilogue in fp32 b
   (N*H*W, C_in) @ (C_in, C_out), so it runs on matmul.py's GEMM with the same epilogue.
 - "cudnn": cuDNN's convolution (torch conv2d, no bias) followed by one in-place Triton epilogue
   kernel.  Two kernels and one extra read+write of the output, but cuDNN's conv.
+- "cudnn_cl": NCHW in and out through cuDNN's channels_last conv: x and w copied by one
+  transposing kernel, the conv, then an epilogue that writes the NCHW output.
+- "gemm_nchw", "gemm_nchw_cl": a 1x1 stride-1 convolution on NCHW tensors as conv1x1.py's GEMM,
+  which writes the NCHW output with the epilogue; it reads x in place, or (the second) a
+  channels_last copy of x made by the transposing kernel.
 
 conv_bn folds eval-mode batch norm into the convolution (exact algebra):
     bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),  s = gamma / sqrt(var + eps)
@@ -20,7 +25,7 @@ or way, the autotuned config, grids and integer arguments are decided at the key
 later call is a lookup, the output's allocation and the launches (cuDNN's through torch).
 
 Which path runs is decided per shape by `candidate_paths` (see its docstring for the measured
-reasons): a fixed path, or the faster of two timed at the first call for that shape (like autotuning,
+reasons): a fixed path, or the fastest of those timed at the first call for that shape (like autotuning,
 across kernels); describe() stores the path, why, and the measured times with each result.
 """
 from __future__ import annotations
@@ -45,6 +50,7 @@ from fusebench.kernels.launch import Launch, dependent, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm_with_plan
+from fusebench.kernels import conv1x1
 from fusebench.kernels.registry import triton_kernel
 
 BN_EPS = 1e-5  # fusebench/cases/conv.py's eps
@@ -151,23 +157,26 @@ def _transpose_tiles(C: int, P: int) -> tuple[int, int]:
     return min(cap, next_pow2(C, floor=16)), min(cap, next_pow2(P, floor=16))
 
 
-def _to_channels_last_plan(x: torch.Tensor, w: torch.Tensor):
-    """plan(x, w) -> channels_last copies of the dense NCHW x and OIHW w of this key, through one
-    kernel (one launch fewer than a kernel each)."""
+def _to_channels_last_plan(x: torch.Tensor, w: torch.Tensor | None = None):
+    """plan(x, w=None) -> channels_last copies of the dense NCHW x and OIHW w of this key, through
+    one kernel (one launch fewer than a kernel each).  A 1x1 weight (or none) is not copied: its
+    OIHW storage is its channels_last storage, and it is returned as it is."""
+    copy_w = w is not None and w.shape[-1] * w.shape[-2] > 1
     geometry = []  # per tensor: its [C, P] planes' C and P, the tile, the tiles
-    for t in (x, w):
+    for t in (x, w) if copy_w else (x,):
         n, c, h, wd = t.shape
         bc, bp = _transpose_tiles(c, h * wd)
         geometry.append((c, h * wd, bc, bp, n * triton.cdiv(h * wd, bp) * triton.cdiv(c, bc)))
-    (cx, px, bcx, bpx, x_tiles), (cw, pw, bcw, bpw, w_tiles) = geometry
+    (cx, px, bcx, bpx, x_tiles), (cw, pw, bcw, bpw, w_tiles) = geometry if copy_w else geometry + [(1, 1, 16, 16, 0)]
     launch = Launch(_to_channels_last_kernel, (x_tiles + w_tiles,),
                     dict(BLOCK_CX=bcx, BLOCK_PX=bpx, BLOCK_CW=bcw, BLOCK_PW=bpw, num_warps=4))
-    x_shape, w_shape = tuple(x.shape), tuple(w.shape)
-    x_cl, w_cl = (_channels_last_strides(shape) for shape in (x_shape, w_shape))
+    x_shape, x_cl = tuple(x.shape), _channels_last_strides(x.shape)
+    w_shape, w_cl = (tuple(w.shape), _channels_last_strides(w.shape)) if copy_w else (None, None)
 
-    def plan(x, w):
-        xc, wc = x.new_empty_strided(x_shape, x_cl), w.new_empty_strided(w_shape, w_cl)
-        launch(x, xc, w, wc, cx, px, cw, pw, x_tiles)
+    def plan(x, w=None):
+        xc = x.new_empty_strided(x_shape, x_cl)
+        wc = w.new_empty_strided(w_shape, w_cl) if copy_w else w
+        launch(x, xc, w if copy_w else xc, wc if copy_w else xc, cx, px, cw, pw, x_tiles)
         return xc, wc
 
     return plan
@@ -400,8 +409,10 @@ def _is_cl(t: torch.Tensor) -> bool:
     return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
 
-# Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn", "cudnn_cl") where it applies.
-_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul", "fusebench.kernels.gemm_configs")
+# Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn", "cudnn_cl", "gemm_nchw",
+# "gemm_nchw_cl") where it applies.
+_SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul", "fusebench.kernels.gemm_configs",
+                            "fusebench.kernels.conv1x1")
 CONV_PATH = settings.current().conv_path
 # conv_bn: "folded", "bn-epilogue", or "auto" (the faster, timed at the first call per shape).
 CONV_BN_WAY = settings.current().conv_bn
@@ -419,8 +430,11 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
     - fp32: cuDNN (PyTorch runs fp32 convs as tf32 on cuDNN; ours would be tf32 too, and slower).
     On an H100 (2026-11-26, fp16): at NCHW 3x3 layers cuDNN's channels_last conv is 1.8-2.5x faster
     than its NCHW one, and with the copies and the NCHW-writing epilogue the channels_last route
-    is 1.18-1.37x faster than the NCHW conv + epilogue; at NCHW 1x1 layers it is 0.82-0.96x, so
-    those stay NCHW.
+    is 1.18-1.37x faster than the NCHW conv + epilogue.  At NCHW 1x1 stride-1 layers conv1x1's
+    GEMM writing NCHW with the epilogue is the fastest: reading x in place where H*W is a multiple
+    of 8 (aligned vector loads; 1.1-1.9x cuDNN's NCHW conv + epilogue at 28x28 and 56x56), else
+    from a channels_last copy or in place (at 7x7 in place is 1.6-2.2x slower), against the
+    channels_last route (cuDNN's NCHW 1x1 kernels are 1.2-1.6x slower than either there).
     """
     forced = CONV_PATH
     if forced in ("igemm", "cudnn"):
@@ -429,10 +443,19 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
         return [forced], "forced by FUSEBENCH_CONV_PATH"
     if forced == "gemm" and channels_last and r == 1 and stride == 1:
         return ["gemm"], "forced by FUSEBENCH_CONV_PATH"
+    if forced in ("gemm_nchw", "gemm_nchw_cl") and not channels_last and r == 1 and stride == 1:
+        return [forced], "forced by FUSEBENCH_CONV_PATH"
     if dtype == torch.float32:
         return ["cudnn"], "fp32: cuDNN's tf32 conv + Triton epilogue"
+    if not channels_last and r == 1 and stride == 1 and (h * w) % 8 == 0:
+        return ["gemm_nchw", "cudnn"], ("NCHW 1x1: faster of one GEMM reading x in place and writing NCHW with the "
+                                        "epilogue, and cuDNN's NCHW conv + in-place Triton epilogue")
+    if not channels_last and r == 1 and stride == 1:
+        return ["gemm_nchw_cl", "gemm_nchw", "cudnn_cl"], (
+            "NCHW 1x1, H*W not a multiple of 8: fastest of a GEMM writing NCHW with the epilogue from a "
+            "channels_last copy of x or from x in place, and cuDNN's channels_last conv on a copy of x")
     if not channels_last and r == 1:
-        return ["cudnn"], "NCHW 1x1: cuDNN conv + in-place Triton epilogue"
+        return ["cudnn"], "NCHW strided 1x1: cuDNN conv + in-place Triton epilogue"
     if not channels_last:
         return ["cudnn_cl", "cudnn"], ("NCHW: faster of cuDNN's channels_last conv on copies, its epilogue writing "
                                        "NCHW, and cuDNN's NCHW conv + in-place Triton epilogue (strided C_in gathers "
@@ -489,18 +512,27 @@ def conv_with_plan(x, w, stride, bias=None, residual=None, relu=False, path=None
                            device=x.device, source=_SOURCE())
         plan, y = conv_with_plan(x, w, stride, bias, residual, relu, path)  # the chosen path's plan
     else:
-        if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
-            path = "igemm"
-        if path == "igemm" and x.numel() >= 2**31:
-            path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
-        if path == "cudnn_cl" and not (x.is_contiguous() and w.is_contiguous()):
-            path = "cudnn"  # the copies read contiguous NCHW x and OIHW w
-        build = {"gemm": _gemm1x1_plan, "igemm": _igemm_plan, "cudnn_cl": _cudnn_cl_plan}.get(path, _cudnn_plan)
+        path = _runnable(path, x, w, stride)
+        build = {"gemm": _gemm1x1_plan, "igemm": _igemm_plan, "cudnn_cl": _cudnn_cl_plan,
+                 "gemm_nchw": _gemm_nchw_plan, "gemm_nchw_cl": _gemm_nchw_cl_plan}.get(path, _cudnn_plan)
         plan, y = build(x, w, stride, bias, residual, relu)
         if path == "cudnn" and gu.graph_capturable(x):  # two launches: the graph option applies
             plan = gu.GraphCall(plan, (x, w, bias, residual))
     _PLANS[key] = plan
     return plan, y
+
+
+def _runnable(path, x, w, stride):
+    """`path`, or the path that runs in its place where it does not take these operands."""
+    if path == "gemm" and not (w.shape[-1] == 1 and stride == 1 and _is_cl(x) and _dense_format(w) is not None):
+        path = "igemm"
+    if path == "igemm" and x.numel() >= 2**31:
+        path = "cudnn"  # the kernel's pointer arithmetic is 32-bit
+    if path == "cudnn_cl" and not (x.is_contiguous() and w.is_contiguous()):
+        path = "cudnn"  # the copies read contiguous NCHW x and OIHW w
+    if path in ("gemm_nchw", "gemm_nchw_cl") and not conv1x1.applies(x, w, stride):
+        path = "cudnn"  # 1x1 at stride 1 on contiguous NCHW x and w only
+    return path
 
 
 def _igemm_plan(x, w, stride, bias, residual, relu):
@@ -559,6 +591,19 @@ def _gemm1x1_plan(x, w, stride, bias, residual, relu):
         return y
 
     return plan, y
+
+
+def _gemm_nchw_plan(x, w, stride, bias, residual, relu, bn=None):
+    """conv1x1's GEMM reading x in place and writing NCHW with the epilogue (batch norm too, where
+    `bn` is given): one launch.  The plan takes bn too."""
+    return conv1x1.conv1x1_nchw_plan(x, w, bias, residual, relu, bn, BN_EPS)
+
+
+def _gemm_nchw_cl_plan(x, w, stride, bias, residual, relu, bn=None):
+    """x copied to channels_last by the transposing kernel, then conv1x1's GEMM reading the copy:
+    two launches.  The plan takes bn too."""
+    copies = _to_channels_last_plan(x)
+    return conv1x1.conv1x1_nchw_plan(x, w, bias, residual, relu, bn, BN_EPS, copy_x=lambda x: copies(x)[0])
 
 
 def _cudnn_plan(x, w, stride, bias, residual, relu):
@@ -706,13 +751,14 @@ def _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, way):
 
 def _bn_epilogue_plan(x, w, mean, var, gamma, beta, stride):
     """cuDNN's conv of the raw weights, then batch norm in the epilogue kernel: two launches; or,
-    where conv_fused's first path for the shape is "cudnn_cl", that path with batch norm in its
-    epilogue."""
+    where conv_fused's first path for the shape is the channels_last route or conv1x1's GEMM, that
+    path with batch norm in its epilogue."""
     n, cin, h, wd = x.shape
-    if candidate_paths(n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype)[0][0] == "cudnn_cl" \
-            and x.is_contiguous() and w.is_contiguous():
-        cl, y = _cudnn_cl_plan(x, w, stride, None, None, False, (mean, var, gamma, beta))
-        return (lambda x, w, mean, var, gamma, beta: cl(x, w, None, None, (mean, var, gamma, beta))), y
+    first = candidate_paths(n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype)[0][0]
+    build = {"cudnn_cl": _cudnn_cl_plan, "gemm_nchw": _gemm_nchw_plan, "gemm_nchw_cl": _gemm_nchw_cl_plan}.get(first)
+    if build is not None and _runnable(first, x, w, stride) == first:
+        inner, y = build(x, w, stride, None, None, False, (mean, var, gamma, beta))
+        return (lambda x, w, mean, var, gamma, beta: inner(x, w, None, None, (mean, var, gamma, beta))), y
     pad = w.shape[-1] // 2
     conv2d = F.conv2d
     y = conv2d(x, w, None, stride, pad)

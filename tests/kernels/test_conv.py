@@ -21,6 +21,8 @@ def _conv_paths(shape):
         paths.append("gemm")
     if not shape[7]:
         paths.append("cudnn_cl")
+    if shape[5] == 1 and shape[6] == 1 and not shape[7]:
+        paths += ["gemm_nchw", "gemm_nchw_cl"]
     return paths
 
 
@@ -121,7 +123,8 @@ def test_conv_describe_names_path():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_gpu_conv(dtype, monkeypatch, few_configs):
     for shape in [(4, 64, 56, 56, 64, 3, 1, 1), (4, 128, 28, 28, 128, 3, 2, 1), (4, 256, 14, 14, 1024, 1, 1, 1),
-                  (4, 512, 7, 7, 512, 3, 1, 0)]:
+                  (4, 512, 7, 7, 512, 3, 1, 0), (4, 256, 14, 14, 128, 1, 1, 0), (4, 64, 28, 28, 96, 1, 1, 0),
+                  (3, 96, 7, 7, 200, 1, 1, 0)]:
         for name in ["conv_add", "conv_relu", "conv_bn"]:
             for path in _conv_paths(shape):
                 monkeypatch.setattr(kconv, "CONV_PATH", path)
@@ -154,7 +157,7 @@ def test_second_call_takes_the_plan(name, monkeypatch, fresh_plans):
 
 def test_nchw_3x3_takes_the_channels_last_route(monkeypatch, fresh_plans):
     # 2-byte NCHW 3x3 convs: conv_fused's first path and conv_bn's bn-epilogue way copy x and w to
-    # channels_last and write an NCHW output; NCHW 1x1 convs stay NCHW
+    # channels_last and write an NCHW output; NCHW 1x1 convs take conv1x1's GEMM first
     built = spy(monkeypatch, kconv, "_cudnn_cl_plan")
     monkeypatch.setattr(kconv, "CONV_BN_WAY", "bn-epilogue")
     monkeypatch.setattr(kconv, "fastest", lambda key, candidates, **kw: next(iter(candidates)))  # untimed: the first
