@@ -431,10 +431,11 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
     On an H100 (2026-11-26, fp16): at NCHW 3x3 layers cuDNN's channels_last conv is 1.8-2.5x faster
     than its NCHW one, and with the copies and the NCHW-writing epilogue the channels_last route
     is 1.18-1.37x faster than the NCHW conv + epilogue.  At NCHW 1x1 stride-1 layers conv1x1's
-    GEMM writing NCHW with the epilogue is the fastest: reading x in place where H*W is a multiple
-    of 8 (aligned vector loads; 1.1-1.9x cuDNN's NCHW conv + epilogue at 28x28 and 56x56), else
-    from a channels_last copy or in place (at 7x7 in place is 1.6-2.2x slower), against the
-    channels_last route (cuDNN's NCHW 1x1 kernels are 1.2-1.6x slower than either there).
+    GEMM writes NCHW with the epilogue: where H*W is a multiple of 8 it reads x in place (aligned
+    vectors), timed against cuDNN's NCHW conv + epilogue (0.93-1.40x that one's speed at 28x28 and
+    56x56); elsewhere on a channels_last copy of x or in place (at 7x7 in place is 1.5-2.3x
+    slower), timed against the channels_last route (cuDNN's NCHW 1x1 kernels are 1.35-1.8x slower
+    than the fastest of these three there).
     """
     forced = CONV_PATH
     if forced in ("igemm", "cudnn"):
@@ -686,9 +687,26 @@ def _bn_choice_key(shape):
     return ("conv_bn", *shape)
 
 
+# The paths whose plan applies batch norm in its epilogue (conv_bn's bn-epilogue way), as described.
+_BN_EPILOGUES = {
+    "cudnn": "cuDNN conv of the raw weights + batch norm in one Triton epilogue (2 kernels, as eager)",
+    "cudnn_cl": "cuDNN's channels_last conv on copies of x and w + batch norm in the epilogue writing NCHW "
+                "(3 kernels)",
+    "gemm_nchw": "one GEMM reading x in place, batch norm in its epilogue (1 kernel)",
+    "gemm_nchw_cl": "a channels_last copy of x, then one GEMM with batch norm in its epilogue (2 kernels)",
+}
+
+
+def _bn_epilogue_path(shape, dtype) -> str:
+    """The path of conv_bn's bn-epilogue way: conv_fused's first path for the shape where its plan
+    applies batch norm, else cuDNN's conv and the epilogue kernel."""
+    first = candidate_paths(*shape, dtype)[0][0]
+    return first if first in _BN_EPILOGUES else "cudnn"
+
+
 def _describe_bn(shape, dtype):
     rec = fastest_record(_bn_choice_key(tuple(shape) + (dtype,)))
-    unfolded = "cuDNN conv of the raw weights + batch norm in one Triton epilogue (2 kernels, as eager)"
+    unfolded = _BN_EPILOGUES[_bn_epilogue_path(shape, dtype)]
     folded = "BN folded into weights+bias (1 Triton kernel), then "
     if rec is None:
         return f"faster of [{unfolded}] and [{folded}conv + bias] (timed at first call)"
@@ -750,13 +768,13 @@ def _conv_bn_with_plan(x, w, mean, var, gamma, beta, stride, way):
 
 
 def _bn_epilogue_plan(x, w, mean, var, gamma, beta, stride):
-    """cuDNN's conv of the raw weights, then batch norm in the epilogue kernel: two launches; or,
-    where conv_fused's first path for the shape is the channels_last route or conv1x1's GEMM, that
-    path with batch norm in its epilogue."""
+    """Batch norm in the epilogue of _bn_epilogue_path's path: cuDNN's conv of the raw weights, then
+    the epilogue kernel (two launches), or the channels_last route or conv1x1's GEMM with batch
+    norm in their epilogue."""
     n, cin, h, wd = x.shape
-    first = candidate_paths(n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x)), x.dtype)[0][0]
-    build = {"cudnn_cl": _cudnn_cl_plan, "gemm_nchw": _gemm_nchw_plan, "gemm_nchw_cl": _gemm_nchw_cl_plan}.get(first)
-    if build is not None and _runnable(first, x, w, stride) == first:
+    path = _bn_epilogue_path((n, cin, h, wd, w.shape[0], w.shape[-1], stride, int(_is_cl(x))), x.dtype)
+    build = {"cudnn_cl": _cudnn_cl_plan, "gemm_nchw": _gemm_nchw_plan, "gemm_nchw_cl": _gemm_nchw_cl_plan}.get(path)
+    if build is not None and _runnable(path, x, w, stride) == path:
         inner, y = build(x, w, stride, None, None, False, (mean, var, gamma, beta))
         return (lambda x, w, mean, var, gamma, beta: inner(x, w, None, None, (mean, var, gamma, beta))), y
     pad = w.shape[-1] // 2

@@ -116,6 +116,9 @@ def test_conv_describe_names_path():
     assert "igemm" in d((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
     assert "gemm" in d((32, 256, 14, 14, 1024, 1, 1, 1), torch.float16)
     assert "folded" in KERNELS["conv_bn"].describe((32, 64, 56, 56, 64, 3, 1, 1), torch.float16)
+    # NCHW 1x1: conv1x1's GEMM, for conv_bn with batch norm in its epilogue
+    assert "gemm_nchw" in d((32, 512, 7, 7, 2048, 1, 1, 0), torch.float16)
+    assert "one GEMM reading x in place" in KERNELS["conv_bn"].describe((32, 64, 56, 56, 256, 1, 1, 0), torch.float16)
 
 
 @gpu
