@@ -39,10 +39,10 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 from fusebench import settings
-from fusebench.kernels.device import is_hopper_or_newer, next_pow2
+from fusebench.kernels.device import next_pow2
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels import gemm_utils as gu
-from fusebench.kernels.gemm_configs import config, fit_smem
+from fusebench.kernels.gemm_configs import conv_configs, prune_conv
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, precision_note, tuned_launch,
 )
@@ -312,23 +312,11 @@ HOPPER_IGEMM = [(128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), 
 
 
 def _igemm_configs():
-    if interpreting():
-        return [config(32, 32, 16, 1, 4)]
-    if is_hopper_or_newer():
-        space = HOPPER_IGEMM
-    else:
-        space = [(128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4)]
-    return [config(*c) for c in space]
+    return conv_configs(HOPPER_IGEMM)
 
 
 def _prune_igemm(configs, named_args, **kwargs):
-    # the pipelines that fit shared memory at this element size (fp32 stages twice fp16's bytes),
-    # then no tile much wider than C_out or deeper than C_in; else the smallest tile that fits
-    configs = fit_smem(configs, named_args["x_ptr"].element_size())
-    cout, cin = named_args["K_OUT"], named_args["C"]
-    keep = [c for c in configs if c.kwargs["BLOCK_N"] <= max(64, next_pow2(cout))
-            and c.kwargs["BLOCK_K"] <= max(16, next_pow2(cin))]
-    return keep or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"])]
+    return prune_conv(configs, named_args["x_ptr"].element_size(), named_args["K_OUT"], named_args["C"], "BLOCK_N")
 
 
 @autotune(configs=_igemm_configs(), key=["N", "C", "H", "W", "K_OUT", "R", "S", "stride"],

@@ -65,6 +65,25 @@ def tma_configs():
         config(64, 256, 64, 5, 8, EPILOGUE_SUBTILE=True, PERSISTENT=False)]
 
 
+def conv_configs(hopper, older=((128, 128, 32, 3, 8), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4))):
+    """The configs of a convolution's GEMM kernel: one small config under the interpreter (no
+    autotuning in tests), the (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps) tuples `hopper` on Hopper,
+    `older` elsewhere."""
+    if interpreting():
+        return [config(32, 32, 16, 1, 4)]
+    return [config(*c) for c in (hopper if is_hopper_or_newer() else older)]
+
+
+def prune_conv(configs, elem_size: int, cout: int, cin: int, cout_side: str):
+    """The pipelines that fit shared memory at this element size (fp32 stages twice fp16's bytes),
+    then no tile much wider than C_out (along its `cout_side` block) or deeper than C_in; else the
+    smallest tile that fits."""
+    configs = fit_smem(configs, elem_size)
+    keep = [c for c in configs if c.kwargs[cout_side] <= max(64, next_pow2(cout))
+            and c.kwargs["BLOCK_K"] <= max(16, next_pow2(cin))]
+    return keep or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"])]
+
+
 # Operand staging of the software pipeline (num_stages buffers of an A and a B tile) must fit Hopper's
 # 227 KB of shared memory per SM, with room left for the epilogue; fp32 tiles are twice fp16's.
 SMEM_STAGING_LIMIT = 200 * 1024
