@@ -51,6 +51,7 @@ from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.matmul import gemm_with_plan
 from fusebench.kernels import conv1x1
+from fusebench.kernels.batchnorm import bn_scale_shift
 from fusebench.kernels.registry import triton_kernel
 
 BN_EPS = 1e-5  # fusebench/cases/conv.py's eps
@@ -77,12 +78,9 @@ def _epilogue_kernel(y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, re
     acc = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if PER_CHANNEL:
         ch = offs % C if CHANNEL_IS_LAST else (offs // L) % C
-        if HAS_BN != 0:  # eval-mode batch norm: (y - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c]
-            mean = tl.load(mean_ptr + ch, mask=mask, other=0.0).to(tl.float32)
-            var = tl.load(var_ptr + ch, mask=mask, other=1.0).to(tl.float32)
-            gamma = tl.load(gamma_ptr + ch, mask=mask, other=0.0).to(tl.float32)
-            beta = tl.load(beta_ptr + ch, mask=mask, other=0.0).to(tl.float32)
-            acc = (acc - mean) * (gamma / tl.sqrt(var + eps)) + beta
+        if HAS_BN != 0:  # eval-mode batch norm
+            scale, shift = bn_scale_shift(mean_ptr, var_ptr, gamma_ptr, beta_ptr, ch, mask, eps)
+            acc = acc * scale + shift
         if HAS_BIAS != 0:
             acc += tl.load(bias_ptr + ch, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES != 0:
@@ -135,11 +133,8 @@ def _epilogue_to_nchw_kernel(y_ptr, out_ptr, mean_ptr, var_ptr, gamma_ptr, beta_
     mask = (p < P)[:, None] & ok_c[None, :]
     acc = tl.load(y_ptr + img + p[:, None] * C + c[None, :], mask=mask, other=0.0).to(tl.float32)
     if HAS_BN != 0:
-        mean = tl.load(mean_ptr + c, mask=ok_c, other=0.0).to(tl.float32)
-        var = tl.load(var_ptr + c, mask=ok_c, other=1.0).to(tl.float32)
-        gamma = tl.load(gamma_ptr + c, mask=ok_c, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + c, mask=ok_c, other=0.0).to(tl.float32)
-        acc = (acc - mean[None, :]) * (gamma / tl.sqrt(var + eps))[None, :] + beta[None, :]
+        scale, shift = bn_scale_shift(mean_ptr, var_ptr, gamma_ptr, beta_ptr, c, ok_c, eps)
+        acc = acc * scale[None, :] + shift[None, :]
     if HAS_BIAS != 0:
         acc += tl.load(bias_ptr + c, mask=ok_c, other=0.0).to(tl.float32)[None, :]
     nchw = img + c[None, :] * P + p[:, None]
@@ -400,7 +395,7 @@ def _is_cl(t: torch.Tensor) -> bool:
 # Path policy.  FUSEBENCH_CONV_PATH forces one ("igemm", "gemm", "cudnn", "cudnn_cl", "gemm_nchw",
 # "gemm_nchw_cl") where it applies.
 _SOURCE = functools.partial(source_hash, __name__, "fusebench.kernels.matmul", "fusebench.kernels.gemm_configs",
-                            "fusebench.kernels.conv1x1")
+                            "fusebench.kernels.conv1x1", "fusebench.kernels.batchnorm")
 CONV_PATH = settings.current().conv_path
 # conv_bn: "folded", "bn-epilogue", or "auto" (the faster, timed at the first call per shape).
 CONV_BN_WAY = settings.current().conv_bn

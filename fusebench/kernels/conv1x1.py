@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
+from fusebench.kernels.batchnorm import bn_scale_shift
 from fusebench.kernels.gemm_configs import conv_configs, prune_conv
 from fusebench.kernels.gemm_utils import dot_precision, grouped_tile, tuned_launch
 from fusebench.kernels.launch import dependent
@@ -80,13 +81,9 @@ def _conv1x1_nchw_kernel(x_ptr, w_ptr, y_ptr, mean_ptr, var_ptr, gamma_ptr, beta
         b_ptrs += BLOCK_K * P if X_NCHW else BLOCK_K
 
     # epilogue on the fp32 accumulator: a row is one output channel
-    if HAS_BN != 0:  # eval-mode batch norm: (y - mean[c]) * gamma[c] / sqrt(var[c] + eps) + beta[c]
-        mean = tl.load(mean_ptr + offs_m, mask=m_ok, other=0.0).to(tl.float32)
-        var = tl.load(var_ptr + offs_m, mask=m_ok, other=1.0).to(tl.float32)
-        gamma = tl.load(gamma_ptr + offs_m, mask=m_ok, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + offs_m, mask=m_ok, other=0.0).to(tl.float32)
-        scale = gamma / tl.sqrt(var + eps)
-        acc = acc * scale[:, None] + (beta - mean * scale)[:, None]
+    if HAS_BN != 0:  # eval-mode batch norm
+        scale, shift = bn_scale_shift(mean_ptr, var_ptr, gamma_ptr, beta_ptr, offs_m, m_ok, eps)
+        acc = acc * scale[:, None] + shift[:, None]
     if HAS_BIAS != 0:
         acc += tl.load(bias_ptr + offs_m, mask=m_ok, other=0.0).to(tl.float32)[:, None]
     # pixel n of image n // P sits at y[n // P, m, n % P].  Columns run on within an image, which
