@@ -7,6 +7,7 @@ import torch
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.conv as kconv
+from fusebench.kernels import conv1x1
 import fusebench.kernels.gemm_utils as gu
 from fusebench.kernels.gemm_configs import SMEM_STAGING_LIMIT, config, staging_bytes
 from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case, run_twice, spy
@@ -45,12 +46,17 @@ def test_conv(name, shape, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_implicit_gemm_configs_fit_shared_memory(dtype):
-    # a channel count below every tile: the fallback is the smallest tile whose pipeline fits
-    hopper = [config(*c) for c in kconv.HOPPER_IGEMM]
+@pytest.mark.parametrize("kernel", ["igemm", "conv1x1"])
+def test_conv_gemm_configs_fit_shared_memory(kernel, dtype):
+    # a channel count below every tile: the fallback is the smallest tile whose pipeline fits;
+    # no tile much wider than C_out along the kernel's C_out side
+    prune, space, names, side = {
+        "igemm": (kconv._prune_igemm, kconv.HOPPER_IGEMM, ("K_OUT", "C"), "BLOCK_N"),
+        "conv1x1": (conv1x1._prune, conv1x1.HOPPER_SPACE, ("COUT", "CIN"), "BLOCK_M")}[kernel]
     for cout, cin in ((16, 8), (512, 512)):
-        kept = kconv._prune_igemm(hopper, dict(x_ptr=torch.empty(1, dtype=dtype), K_OUT=cout, C=cin))
+        kept = prune([config(*c) for c in space], {"x_ptr": torch.empty(1, dtype=dtype), names[0]: cout, names[1]: cin})
         assert kept and all(staging_bytes(c, dtype.itemsize) <= SMEM_STAGING_LIMIT for c in kept)
+        assert all(c.kwargs[side] <= max(64, cout) for c in kept)
 
 
 @pytest.mark.parametrize("shape", [(2, 8, 9, 9, 16, 3, 1, 0), (2, 8, 9, 9, 16, 3, 1, 1), (3, 5, 7, 6, 1, 1, 1, 1),

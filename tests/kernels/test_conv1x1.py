@@ -75,13 +75,3 @@ def test_gpu_gemm_nchw(shape, dtype):
     # H*W = 49, 196, 784, 36, 25: stores and loads of 1, 4, 8, 4 and 1 elements (the kernel's VEC)
     _check(*shape, dtype, "cuda", 2e-2)
 
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_configs_fit_shared_memory(dtype):
-    # fp32 stages take twice the bytes; a few channels keep the smallest tile that fits
-    from fusebench.kernels.gemm_configs import SMEM_STAGING_LIMIT, config, staging_bytes
-    hopper = [config(*c) for c in conv1x1.HOPPER_SPACE]
-    for cout, cin in ((16, 8), (2048, 512)):
-        kept = conv1x1._prune(hopper, dict(x_ptr=torch.empty(1, dtype=dtype), COUT=cout, CIN=cin))
-        assert kept and all(staging_bytes(c, dtype.itemsize) <= SMEM_STAGING_LIMIT for c in kept)
-        assert all(c.kwargs["BLOCK_M"] <= max(64, cout) for c in kept)
