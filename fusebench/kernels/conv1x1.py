@@ -1,12 +1,14 @@
-"""A 1x1 convolution on NCHW tensors as one GEMM with the epilogue fused: conv.py's "gemm_nchw" path.
+"""A 1x1 convolution on NCHW tensors as one GEMM with the epilogue fused: conv.py's "gemm_nchw" and
+"gemm_nchw_cl" paths.
 
 For every image b, y[b] = W @ x[b] with W the (C_out, C_in) weight and x[b] the (C_in, H*W) image.
 The images' GEMMs share W, so the kernel runs them as one GEMM whose columns are the pixels of
-every image in turn (no tile is half padding where H*W is 49 or 196).  Its B operand is x in
-channels_last order, the (N*H*W, C_in) matrix, which conv.py's transposing kernel writes first:
-read in place, an NCHW image's channels are H*W elements apart, which at 7x7 and 14x14 leaves no
-aligned vector to load, and such a GEMM runs 3-10x slower than cuDNN (docs/kernels.md).  Bias,
-batch norm, residual and relu are applied to the fp32 accumulator, whose rows are output
+every image in turn (no tile is half padding where H*W is 49 or 196).  Its B operand is x read in
+place, or x's channels_last copy, the (N*H*W, C_in) matrix that conv.py's transposing kernel
+writes first: in place, an image's channels are H*W elements apart, and at 7x7 no load of x is
+wider than one element, so the GEMM runs 1.5-2.3x slower there than on the copy, while at 28x28
+and 56x56 it loads 16-byte vectors and the copy costs more than it saves (docs/kernels.md).
+Bias, batch norm, residual and relu are applied to the fp32 accumulator, whose rows are output
 channels, and the tile is stored straight into the NCHW output: one pass over y, where cuDNN's
 conv (and Inductor's) is followed by an epilogue kernel reading and writing it again.
 """
@@ -35,7 +37,8 @@ def _prune(configs, named_args, **kwargs):
     return prune_conv(configs, named_args["x_ptr"].element_size(), named_args["COUT"], named_args["CIN"], "BLOCK_M")
 
 
-@autotune(configs=conv_configs(HOPPER_SPACE), key=["NPIX", "CIN", "COUT", "P", "X_NCHW"], prune_configs_by={"early_config_prune": _prune})
+@autotune(configs=conv_configs(HOPPER_SPACE), key=["NPIX", "CIN", "COUT", "P", "X_NCHW"],
+          prune_configs_by={"early_config_prune": _prune})
 @triton.heuristics({"EVEN_K": lambda args: args["CIN"] % args["BLOCK_K"] == 0})
 @triton.jit(do_not_specialize=["HAS_BN", "HAS_BIAS", "HAS_RES", "RELU"])
 def _conv1x1_nchw_kernel(x_ptr, w_ptr, y_ptr, mean_ptr, var_ptr, gamma_ptr, beta_ptr, bias_ptr, res_ptr,  #
@@ -92,7 +95,7 @@ def _conv1x1_nchw_kernel(x_ptr, w_ptr, y_ptr, mean_ptr, var_ptr, gamma_ptr, beta
     # multiple_of lets it store VEC at once, VEC being the power of two dividing P (at most 8):
     # VEC columns from a multiple of VEC never straddle two images.
     cols = tl.max_contiguous(tl.multiple_of((offs_n // P) * (COUT * P) + offs_n % P, VEC), BLOCK_N)
-    y_offs = cols[None, :] + tl.multiple_of(offs_m * P, VEC)[:, None]  # P = 196 is not known to be 4 * 49
+    y_offs = cols[None, :] + tl.multiple_of(offs_m * P, VEC)[:, None]  # unknown to the compiler: P's factor of 2s
     mask = m_ok[:, None] & n_ok[None, :]
     if HAS_RES != 0:
         acc += tl.load(res_ptr + y_offs, mask=mask, other=0.0).to(tl.float32)
