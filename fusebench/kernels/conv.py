@@ -162,7 +162,8 @@ def _to_channels_last_plan(x: torch.Tensor, w: torch.Tensor | None = None):
         n, c, h, wd = t.shape
         bc, bp = _transpose_tiles(c, h * wd)
         geometry.append((c, h * wd, bc, bp, n * triton.cdiv(h * wd, bp) * triton.cdiv(c, bc)))
-    (cx, px, bcx, bpx, x_tiles), (cw, pw, bcw, bpw, w_tiles) = geometry if copy_w else geometry + [(1, 1, 16, 16, 0)]
+    no_w = [(1, 1, 16, 16, 0)]  # no weight tiles: the kernel's second half never runs
+    (cx, px, bcx, bpx, x_tiles), (cw, pw, bcw, bpw, w_tiles) = geometry if copy_w else geometry + no_w
     launch = Launch(_to_channels_last_kernel, (x_tiles + w_tiles,),
                     dict(BLOCK_CX=bcx, BLOCK_PX=bpx, BLOCK_CW=bcw, BLOCK_PW=bpw, num_warps=4))
     x_shape, x_cl = tuple(x.shape), _channels_last_strides(x.shape)
