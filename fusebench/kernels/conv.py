@@ -606,8 +606,8 @@ def _cudnn_plan(x, w, stride, bias, residual, relu):
 
 
 def _cudnn_cl_plan(x, w, stride, bias, residual, relu, bn=None):
-    """NCHW in and out through cuDNN's channels_last conv: x and w copied to channels_last by one
-    kernel, the conv, then the epilogue (with batch norm where `bn` is given) reading its result
+    """NCHW in and out through cuDNN's channels_last conv: x and w (unless 1x1) copied to
+    channels_last by one kernel, the conv, then the epilogue (with batch norm where `bn` is given) reading its result
     and writing a new NCHW output: three launches, where cuDNN's NCHW kernels are 1.8-2.5x
     slower than its channels_last ones at 3x3 (fp16, docs/kernels.md).  The plan takes bn too."""
     pad = w.shape[-1] // 2

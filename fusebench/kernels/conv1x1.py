@@ -127,9 +127,11 @@ def conv1x1_nchw_plan(x, w, bias, residual, relu, bn=None, eps=1e-5, copy_x=None
     def grid(meta):
         return (triton.cdiv(cout, meta["BLOCK_M"]) * triton.cdiv(n * p, meta["BLOCK_N"]),)
 
+    dense_res = residual is None or residual.stride() == nchw  # the key fixes it; else made NCHW per call
+
     def operands(x, w, bias, residual, bn):
         y = x.new_empty_strided(shape, nchw)
-        if residual is not None and residual.stride() != nchw:
+        if not dense_res:
             residual = residual.contiguous()
         return (copy_x(x), w, y, *(bn if bn is not None else (y, y, y, y)), y if bias is None else bias,
                 y if residual is None else residual)
