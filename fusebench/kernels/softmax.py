@@ -31,7 +31,7 @@ from fusebench.kernels import plans, rowwise, tuning
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
-from fusebench.kernels.rowwise import RowOp, add4, load_at, tile_ptrs
+from fusebench.kernels.rowwise import RowOp, add4, exp_ftz, load_at, tile_ptrs
 
 # ----------------------------------------------------------------------------------------------
 # steps shared by the three ops
@@ -76,7 +76,7 @@ def _softmax_acc(chunk, state, ok, k):
     xf = chunk[0].to(tl.float32)
     m, s = state
     m_new = tl.maximum(m, tl.max(xf, 0))
-    return m_new, s * tl.exp(m - m_new) + tl.exp(xf - m_new)
+    return m_new, s * exp_ftz(m - m_new) + exp_ftz(xf - m_new)
 
 
 @triton.jit
@@ -91,13 +91,13 @@ def _softmax_merge(stats, N, eps, k):
 
 @triton.jit
 def _softmax_apply(chunk, p, consts):
-    return tl.exp(chunk[0].to(tl.float32) - consts[0]) * consts[1]
+    return exp_ftz(chunk[0].to(tl.float32) - consts[0]) * consts[1]
 
 
 @triton.jit
 def _softmax_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
     x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=float("-inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, 1)[:, None])
+    e = exp_ftz(x - tl.max(x, 1)[:, None])
     return e * (1.0 / tl.sum(e, 1))[:, None]
 
 
@@ -105,7 +105,7 @@ def _softmax_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr)
 def _softmax_coop_stats(chunk, ok, k):
     # the chunk becomes e = exp(x - m_c); published: (m_c, sum e)
     m_c = tl.max(chunk[0], 0)
-    e = tl.exp(chunk[0] - m_c)
+    e = exp_ftz(chunk[0] - m_c)
     return (e,), m_c, tl.where(tl.arange(0, 2) == 0, m_c, tl.sum(e, 0))
 
 
@@ -114,8 +114,8 @@ def _softmax_coop_merge(parts, m_c, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
     # m = max m_c, s = sum s_c exp(m_c - m); the chunk's scale exp(m_c - m) / s
     m_cs = tl.where(tl.arange(0, BLOCK_S) < SPLITS, column(parts, 0), float("-inf"))
     m = tl.max(m_cs, 0)
-    inv = 1.0 / tl.sum(column(parts, 1) * tl.exp(m_cs - m), 0)
-    return (tl.exp(m_c - m) * inv,)
+    inv = 1.0 / tl.sum(column(parts, 1) * exp_ftz(m_cs - m), 0)
+    return (exp_ftz(m_c - m) * inv,)
 
 
 @triton.jit
@@ -161,7 +161,7 @@ def _ds_step(chunk, m):
     # taken so far, and those of the chunk's e = exp(x - m_new)
     xf = chunk[0].to(tl.float32)
     m_new = tl.maximum(m, tl.max(xf, 0))
-    return m_new, _powers(tl.exp(m - m_new)), _powers(tl.exp(xf - m_new))
+    return m_new, _powers(exp_ftz(m - m_new)), _powers(exp_ftz(xf - m_new))
 
 
 @triton.jit
@@ -193,7 +193,7 @@ def _ds_merge(stats, N, eps, k):
 
 @triton.jit
 def _ds_apply(chunk, p, consts):
-    return tl.exp(tl.exp(chunk[0].to(tl.float32) - consts[0]) * consts[1]) * consts[2]
+    return exp_ftz(exp_ftz(chunk[0].to(tl.float32) - consts[0]) * consts[1]) * consts[2]
 
 
 @triton.jit
@@ -214,10 +214,10 @@ def _ds_reread_acc(chunk, stats, ok, k):
 @triton.jit
 def _ds_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
     x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=float("-inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, 1)[:, None])
+    e = exp_ftz(x - tl.max(x, 1)[:, None])
     y = e * (1.0 / tl.sum(e, 1))[:, None]
     # Padding has y = 0, which is not -inf: zero its exp explicitly.
-    e2 = tl.where(mask, tl.exp(y - tl.max(y, 1)[:, None]), 0.0)
+    e2 = tl.where(mask, exp_ftz(y - tl.max(y, 1)[:, None]), 0.0)
     return e2 * (1.0 / tl.sum(e2, 1))[:, None]
 
 
@@ -226,7 +226,7 @@ def _ds_coop_stats(chunk, ok, k):
     # published: (m_c, P_1 .. P_4, 0, 0, 0) of e = exp(x - m_c), P_k = sum e^k; the four sums as
     # one reduction (one exchange between warps instead of four)
     m_c = tl.max(chunk[0], 0)
-    e = tl.exp(chunk[0] - m_c)
+    e = exp_ftz(chunk[0] - m_c)
     P1, P2, P3, P4 = tl.reduce(_powers(e), 0, add4)
     i = tl.arange(0, 8)
     stats = tl.where(i == 0, m_c, tl.where(i == 1, P1, tl.where(i == 2, P2, 0.0)))
@@ -238,18 +238,18 @@ def _ds_coop_merge(parts, m_c, N, eps, k, SPLITS, BLOCK_S: tl.constexpr):
     # the power sums at the row max m: T_k = sum_c exp(k (m_c - m)) P_k,c
     m_cs = tl.where(tl.arange(0, BLOCK_S) < SPLITS, column(parts, 0), float("-inf"))
     m = tl.max(m_cs, 0)
-    r1, r2, r3, r4 = _powers(tl.exp(m_cs - m))
+    r1, r2, r3, r4 = _powers(exp_ftz(m_cs - m))
     T1 = tl.sum(column(parts, 1) * r1, 0)
     T2 = tl.sum(column(parts, 2) * r2, 0)
     T3 = tl.sum(column(parts, 3) * r3, 0)
     T4 = tl.sum(column(parts, 4) * r4, 0)
     inv1, inv2 = _second_normalizer(T1, T2, T3, T4, N)
-    return tl.exp(m_c - m) * inv1, inv2
+    return exp_ftz(m_c - m) * inv1, inv2
 
 
 @triton.jit
 def _ds_coop_apply(chunk, p, consts):
-    return tl.exp(chunk[0] * consts[0]) * consts[1]
+    return exp_ftz(chunk[0] * consts[0]) * consts[1]
 
 
 DOUBLE_SOFTMAX = RowOp("double_softmax", load=_x, params=no_params, shift=no_shift, init=_ds_init, acc=_ds_acc,
