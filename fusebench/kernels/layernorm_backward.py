@@ -155,6 +155,18 @@ def _grads_from_sums(x_or_d, g, s0, s1, s2, s3, N, eps, CENTER: tl.constexpr):
 
 
 @triton.jit
+def _finish_row(dx_row_ptr, cols, mask, dx, dh_in, dy, xhat, dw, db, HAS_DH: tl.constexpr, CENTER: tl.constexpr):
+    # A row's dx (plus dh) stored, and its terms of dw and db added: (dw, db)
+    if HAS_DH:
+        dx += dh_in.to(tl.float32)
+    tl.store(dx_row_ptr + cols, dx.to(dx_row_ptr.dtype.element_ty), mask=mask)
+    dw += dy * xhat
+    if CENTER:
+        db += dy
+    return dw, db
+
+
+@triton.jit
 def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, stride_dy, stride_x, stride_dh,
                  stride_dx, eps, rows_per_program, CENTER: tl.constexpr, HAS_DH: tl.constexpr,
                  PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -203,12 +215,7 @@ def _rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, dx_ptr, dw_ptr, db_ptr, M, N, str
         else:
             s_xx, s_gx = tl.reduce((x * x, g * x), 0, add2)
             dx, xhat = _grads_from_sums(x, g, s_xx, s_gx, 0.0, 0.0, N, eps, False)
-        if HAS_DH:
-            dx += dh_in.to(tl.float32)
-        tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * xhat
-        if CENTER:
-            db += dy
+        dw, db = _finish_row(dx_ptr + row * stride_dx, cols, mask, dx, dh_in, dy, xhat, dw, db, HAS_DH, CENTER)
     tl.store(dw_ptr + pid * N + cols, dw, mask=ok)
     if CENTER:
         tl.store(db_ptr + pid * N + cols, db, mask=ok)
@@ -307,12 +314,7 @@ def _coop_rows_kernel(dy_ptr, x_ptr, w_ptr, dh_ptr, stats_ptr, dx_ptr, dw_ptr, d
             else:
                 dx, xhat = _grads_from_sums(x, g, tl.sum(column(sums, 0), 0), tl.sum(column(sums, 1), 0), 0.0, 0.0,
                                             N, eps, False)
-            if HAS_DH:
-                dx += dh_in.to(tl.float32)
-            tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
-            dw += dy * xhat
-            if CENTER:
-                db += dy
+            dw, db = _finish_row(dx_ptr + row * stride_dx, cols, ok, dx, dh_in, dy, xhat, dw, db, HAS_DH, CENTER)
     # the team's partials: row pid // SPLITS of [rows_at_once, N], this program's columns
     tl.store(dw_ptr + (pid // SPLITS) * N + cols, dw, mask=ok)
     if CENTER:
