@@ -387,6 +387,12 @@ def _ptr_plan(a, b, c, bias, residual, relu, alloc):
     _gemm_kernel[grid](*args, **consts)
     launch = tuned_launch(_gemm_kernel, grid, args, consts)
 
+    return _one_launch_plan(launch, ints, alloc)
+
+
+def _one_launch_plan(launch, ints, alloc):
+    """plan(a, b, bias, residual, out) -> c: `launch` writing c, a new tensor of `alloc`'s (shape,
+    strides) unless `out` is given; an absent bias or residual passes c in its place."""
     shape, stride = alloc
 
     def plan(a, b, bias, residual, out):
@@ -424,14 +430,7 @@ def _tma_plan(a, b, c, bias, residual, relu, alloc):
                 2: ([M, N], list(c.stride()), [bm, bn // 2] if cfg["EPILOGUE_SUBTILE"] else [bm, bn])}
     # the launch takes a, b and c in their descriptors' places (b is b_mat's view: the same address)
     launch = tuned_launch(_gemm_tma_kernel, grid, args, consts, descriptors=geometry)
-    shape, stride = alloc
-
-    def plan(a, b, bias, residual, out):
-        c = a.new_empty_strided(shape, stride) if out is None else out
-        launch(a, b, c, c if bias is None else bias, c if residual is None else residual, *ints)
-        return c
-
-    return plan
+    return _one_launch_plan(launch, ints, alloc)
 
 
 def _splitk_plan(a, b, c, bias, residual, relu, alloc):
