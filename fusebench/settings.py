@@ -5,8 +5,6 @@
     FUSEBENCH_COMPILE_THREADS=N compile a tuning's candidates N at a time (default: up to 8, one per
                                 core); 1 compiles each when it is first timed
     FUSEBENCH_COOP=0            no cooperative (multi-program-per-row) plans
-    FUSEBENCH_NATIVE_LAUNCH=0   launch fusebench's kernels through ctypes, not the C launcher
-                                (kernels/_launch.c, built once into the cache directory)
     FUSEBENCH_TUNING_CACHE=0    neither read nor write the on-disk cache of tuning choices
     FUSEBENCH_CACHE_DIR=D       where that cache lives (default ~/.cache/fusebench; choices in D/tuning)
     FUSEBENCH_FP32_PRECISION    tl.dot's input precision for fp32 operands (default tf32)
@@ -52,7 +50,6 @@ class Settings:
     autotune_log: str | None
     compile_threads: int
     coop: bool
-    native_launch: bool
     tuning_cache: bool
     cache_dir: Path
     fp32_precision: str
@@ -74,7 +71,6 @@ class Settings:
             autotune_log=env.get("FUSEBENCH_AUTOTUNE_LOG") or None,
             compile_threads=_count("FUSEBENCH_COMPILE_THREADS", min(16, _usable_cpus())),
             coop=_flag("FUSEBENCH_COOP"),
-            native_launch=_flag("FUSEBENCH_NATIVE_LAUNCH"),
             tuning_cache=_flag("FUSEBENCH_TUNING_CACHE"),
             cache_dir=Path(env.get("FUSEBENCH_CACHE_DIR") or Path.home() / ".cache" / "fusebench"),
             fp32_precision=env.get("FUSEBENCH_FP32_PRECISION", "tf32"),

@@ -19,33 +19,17 @@ other widths -- keeps Triton's launcher (`build` returns None).  A call the driv
 current context on this thread, too many cooperative blocks) goes through Triton's launcher, which
 reports the error its own way.
 
-Where it can be built, a call goes through `_launch.c` instead (`native()`): the same decisions,
-made once into a C launcher, and a call that reads the data pointers, the scalars and the stream
-and calls the driver from C, with the parameter block on its own stack.  That saves the
-interpreter's share of a launch (about 2 us of the 4.8 us a DirectLaunch call took on an H100's
-host, docs/results.md).  Kernels with TMA descriptors keep the ctypes call.
-
-The ctypes call holds the GIL (ctypes.PyDLL) and a lock around the shared parameter block, so
-threads launching the same kernel cannot interleave their arguments.
+The call holds the GIL (ctypes.PyDLL) and a lock around the shared parameter block, so threads
+launching the same kernel cannot interleave their arguments.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import importlib.util
-import os
 import re
-import shutil
 import struct
-import subprocess
-import sys
-import sysconfig
 import threading
-from pathlib import Path
 from typing import Callable, Sequence
-
-from fusebench import settings
 
 # CUlaunchAttributeID (cuda.h)
 _ATTRIBUTE_COOPERATIVE = 2
@@ -73,67 +57,6 @@ def _driver_entry(name: str = "cuLaunchKernelEx"):
         return None
     fn.restype = ctypes.c_int
     return fn
-
-
-@functools.lru_cache(maxsize=None)
-def native():
-    """The C launcher module (`_launch.c`), compiled once per source and Python into the cache
-    directory with the C compiler Triton's own launcher is built with (CC, else gcc, cc or clang);
-    None where it cannot be built or loaded, or FUSEBENCH_NATIVE_LAUNCH=0."""
-    st = settings.current()
-    if not st.native_launch:
-        return None
-    try:
-        src = Path(__file__).with_name("_launch.c")
-        tag = hashlib.sha256(src.read_bytes() + sys.version.encode()).hexdigest()[:16]
-        out = st.cache_dir / "launch" / f"_fusebench_launch-{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-        if not out.exists():
-            cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
-            if cc is None:
-                return None
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-            built = subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(src),
-                                    "-o", str(tmp)], capture_output=True, timeout=120)
-            if built.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                return None
-            os.replace(tmp, out)  # atomic: another process may be building it too
-        spec = importlib.util.spec_from_file_location("_fusebench_launch", out)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    except (OSError, ImportError, subprocess.SubprocessError):
-        return None
-
-
-# _launch.c's slot kinds: a constant, a tensor's data pointer, a scalar of a Triton type
-_NATIVE_KINDS = {"const": 0, "ptr": 1, "i32": 2, "u32": 3, "i64": 4, "u64": 5, "fp32": 6}
-
-
-def native_slots(types: Sequence[str], slots: list[tuple], n_slots: int) -> tuple[bytes, tuple, tuple] | None:
-    """(kinds, argument index, constant) per parameter slot for _launch.c, from `layout`'s slots
-    of arguments of Triton signature `types`; the slots past them (scratch pointers) are NULL.
-    None where a slot is a descriptor's map (those stay on the ctypes call)."""
-    kinds, args, consts = [], [], []
-    for kind, v in slots:
-        if kind == "map":
-            return None
-        if kind == "const":
-            kinds.append(_NATIVE_KINDS["const"]), args.append(0), consts.append(v & 0xFFFFFFFFFFFFFFFF)
-        else:
-            kinds.append(_NATIVE_KINDS["ptr" if kind == "ptr" else types[v]]), args.append(v), consts.append(0)
-    pad = n_slots - len(slots)
-    return bytes(kinds + [0] * pad), tuple(args + [0] * pad), tuple(consts + [0] * pad)
-
-
-def _address(fn) -> int | None:
-    """The C address of a ctypes function (the driver's entry, or a CFUNCTYPE); None for a plain
-    Python callable."""
-    try:
-        return ctypes.cast(fn, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return None
 
 
 # One entry parameter of the PTX: ".param .u64 .ptr .global .align 1 name_param_0" -> "u64",
@@ -235,7 +158,7 @@ class DirectLaunch:
 
     def __init__(self, compiled, grid: Sequence[int], fmt: str, slots: list[tuple], n_slots: int,
                  n_args: int, fallback: Callable, stream_of: Callable, device, entry: Callable,
-                 maps: dict[int, TensorMaps], native_layout: tuple | None = None):
+                 maps: dict[int, TensorMaps]):
         meta = compiled.metadata
         self.compiled = compiled  # keeps the module, and so the function handle, alive
         self.config = _LaunchConfig(*grid, 32 * meta.num_warps, 1, 1, meta.shared)
@@ -278,18 +201,6 @@ class DirectLaunch:
         self.maps = maps
         exec(compile(self.source, f"<DirectLaunch {meta.name}>", "exec"), scope)
         self.call = scope["call"]
-        self.native = False
-        module, address = native(), _address(entry)
-        if native_layout is not None and module is not None and address:
-            # the same decisions in a C launcher; a call is one C call (and Triton's on refusal)
-            launcher = module.make(address, compiled.function, tuple(grid), 32 * meta.num_warps, meta.shared,
-                                   tuple((a, 1) for a in wanted), *native_layout, stream_of, device)
-            self.source = (f"def call({', '.join(names)}):\n"
-                           f"    if launch(launcher{''.join(', ' + n for n in names)}):\n"
-                           f"        fallback({', '.join(names)})\n")
-            scope = dict(launch=module.launch, launcher=launcher, fallback=fallback)
-            exec(compile(self.source, f"<DirectLaunch {meta.name}, C>", "exec"), scope)
-            self.call, self.native = scope["call"], True
 
     @classmethod
     def build(cls, compiled, grid: Sequence[int], n_args: int, fallback: Callable, stream_of: Callable,
@@ -327,5 +238,4 @@ class DirectLaunch:
             maps = {i: TensorMaps(t, *geometry[i][:2], encode) for i, t in zip(described, tiling)}
         elif getattr(meta, "tensordesc_meta", None):
             return None
-        return cls(compiled, grid, *found, n_args, fallback, stream_of, device, entry, maps,
-                   native_slots(types[:n_args], found[1], found[2]))
+        return cls(compiled, grid, *found, n_args, fallback, stream_of, device, entry, maps)

@@ -57,25 +57,16 @@ def _compiled(**meta):
 
 
 class FakeDriver:
-    """cuLaunchKernelEx's stand-in: what each call was given, read while it is being made.  Called
-    from Python through ctypes (the ctypes call), or, with `native`, as a C function pointer (a
-    CFUNCTYPE) that _launch.c's launcher calls."""
+    """cuLaunchKernelEx's stand-in: what each call was given, read while it is being made."""
 
-    def __init__(self, results, native=False):
+    def __init__(self, results):
         self.results, self.calls = list(results), []
-        if native:
-            proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                     ctypes.c_void_p)
-            self.entry = proto(lambda config, function, params, extra: self.record(
-                cuda_launch._LaunchConfig.from_address(config), function, params, extra))
-        else:
-            self.entry = lambda config, function, params, extra: self.record(config._obj, function.value, params,
-                                                                             extra)
 
-    def record(self, cfg, function, params, extra):
+    def __call__(self, config, function, params, extra):
+        cfg = config._obj
         slots = [ctypes.c_uint64.from_address(params[i]).value for i in range(6)]
         self.calls.append(dict(grid=(cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ), block=cfg.blockDimX,
-                               shared=cfg.sharedMemBytes, stream=cfg.hStream, function=function,
+                               shared=cfg.sharedMemBytes, stream=cfg.hStream, function=function.value,
                                slots=slots, extra=extra,
                                attrs=[(cfg.attrs[i].id, cfg.attrs[i].value[0]) for i in range(cfg.numAttrs)]))
         return self.results.pop(0)
@@ -83,38 +74,11 @@ class FakeDriver:
 
 def _direct(driver, fallen, **meta):
     return DirectLaunch.build(_compiled(**meta), (3, 2, 1), 5, lambda *a: fallen.append(a),
-                              lambda device: 0xABC, "dev", entry=driver.entry)
+                              lambda device: 0xABC, "dev", entry=driver)
 
 
-def _has_compiler():
-    import shutil
-    import sysconfig
-    from pathlib import Path
-    return (shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")) is not None and (
-        Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
-
-
-# Both ways a DirectLaunch calls the driver: ctypes, and the C launcher (_launch.c), which is
-# built wherever a C compiler and Python's headers are.
-PATHS = ["ctypes", pytest.param("native", marks=pytest.mark.skipif(not _has_compiler(),
-                                                                    reason="no C compiler or Python headers"))]
-
-
-@pytest.fixture(params=PATHS)
-def native(request):
-    return request.param == "native"
-
-
-def test_the_c_launcher_builds_where_a_compiler_is():
-    if _has_compiler():
-        assert cuda_launch.native() is not None
-    direct = _direct(FakeDriver([], native=True), [])
-    assert direct.native == (cuda_launch.native() is not None)
-    assert not _direct(FakeDriver([]), []).native  # a Python callable has no C address: the ctypes call
-
-
-def test_a_call_packs_its_arguments_and_the_stream(native):
-    driver, fallen = FakeDriver([0, 0], native), []
+def test_a_call_packs_its_arguments_and_the_stream():
+    driver, fallen = FakeDriver([0, 0]), []
     direct = _direct(driver, fallen)
     x, y = torch.zeros(4), torch.zeros(8)
     direct.call(x, 7, 0.5, 2**40, 1)
@@ -130,21 +94,21 @@ def test_a_call_packs_its_arguments_and_the_stream(native):
     assert second["slots"][0] == y.data_ptr() and lo32(second["slots"][1]) == (-3) & 0xFFFFFFFF
 
 
-def test_a_refused_call_goes_to_triton(native):
-    driver, fallen = FakeDriver([201], native), []  # CUDA_ERROR_INVALID_CONTEXT
+def test_a_refused_call_goes_to_triton():
+    driver, fallen = FakeDriver([201]), []  # CUDA_ERROR_INVALID_CONTEXT
     x = torch.zeros(4)
     _direct(driver, fallen).call(x, 7, 0.5, 9, 1)
     assert len(driver.calls) == 1 and len(fallen) == 1 and fallen[0][0] is x
 
 
-def test_a_cooperative_kernel_asks_for_a_cooperative_launch(native):
-    driver = FakeDriver([0], native)
+def test_a_cooperative_kernel_asks_for_a_cooperative_launch():
+    driver = FakeDriver([0])
     _direct(driver, [], launch_cooperative_grid=True).call(torch.zeros(4), 1, 1.0, 1, 1)
     assert driver.calls[0]["attrs"] == [(cuda_launch._ATTRIBUTE_COOPERATIVE, 1)]
 
 
-def test_a_dependent_kernel_asks_for_a_programmatic_launch(native):
-    driver = FakeDriver([0, 0], native)
+def test_a_dependent_kernel_asks_for_a_programmatic_launch():
+    driver = FakeDriver([0, 0])
     _direct(driver, [], launch_pdl=True).call(torch.zeros(4), 1, 1.0, 1, 1)
     _direct(driver, [], launch_pdl=True, launch_cooperative_grid=True).call(torch.zeros(4), 1, 1.0, 1, 1)
     assert driver.calls[0]["attrs"] == [(cuda_launch._ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)]
@@ -159,8 +123,8 @@ def test_kernels_it_leaves_to_triton(meta):
     assert _direct(FakeDriver([]), [], **meta) is None
 
 
-def test_wrong_arguments_raise_rather_than_launch(native):
-    driver, fallen = FakeDriver([], native), []
+def test_wrong_arguments_raise_rather_than_launch():
+    driver, fallen = FakeDriver([]), []
     direct = _direct(driver, fallen)
     with pytest.raises(AttributeError):
         direct.call(12345, 7, 0.5, 9, 1)  # an int where a tensor goes
