@@ -205,10 +205,15 @@ def _save(stats_ptr, row, consts, ok, SAVE: tl.constexpr):
 def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am, stride_an, stride_bm, stride_bn,
                  stride_om, eps, TILE: tl.constexpr, TILE_SAVING: tl.constexpr, ALIGN: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr, WHOLE_ROWS: tl.constexpr,
-                 PREFETCH: tl.constexpr, SAVE: tl.constexpr):
+                 PREFETCH: tl.constexpr, SAVE: tl.constexpr, WIDE: tl.constexpr):
     N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
                                       stride_om, ALIGN)
-    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    # WIDE: offsets past 2**31 elements, 64-bit row offsets; else 32-bit ones, 8 instructions fewer a
+    # program, which is what a small row costs on the GPU (docs/kernels.md)
+    if WIDE:
+        row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    else:
+        row0 = tl.program_id(0) * BLOCK_M
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
     # WHOLE_ROWS (one row per program) and EVEN (N == BLOCK_N): no row or column masks.
@@ -479,6 +484,14 @@ def _tile(op, plan, M, N, dev):
                                              PREFETCH=plan.prefetch)
 
 
+def wide_offsets(dims: tuple, block_m: int) -> bool:
+    """Whether a tile of `block_m` rows over (M, N, row and column strides of every tensor: _args's
+    dims) can reach an element offset of 2**31 or more (rows past M included)."""
+    M, N, *strides = dims
+    rows, cols = strides[0::2], strides[1::2]
+    return (M + block_m) * max(map(abs, rows)) + N * max(map(abs, cols)) >= 2**31
+
+
 def _loop(op, plan, M, N, dev):
     # the prefetching STAGES 1 still masks its load past the row's end
     even = op.even and N % plan.block_n == 0 and plan.stages is None
@@ -513,6 +526,8 @@ def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tupl
     dims, align = _args(op, ins)
     device = ins[0].device
     grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], device)
+    if mode is Mode.TILE:
+        meta["WIDE"] = wide_offsets(dims, plan.block_m)
     rest = (*dims, op.eps)
     if mode is Mode.COOP:  # the exchange buffer, and its size in words
         sync = exchange.exchange_buffer(device, plan.grid)

@@ -158,7 +158,7 @@ def _rowwise(name: str, mode, consts: dict, *rest) -> tuple:
     op = {"softmax": sm.SOFTMAX, "double_softmax": sm.DOUBLE_SOFTMAX, "softmax_backward": sm.SOFTMAX_BACKWARD,
           "layernorm": norms.LAYERNORM, "norm_chain": norms.NORM_CHAIN}[name]
     unit = dict(stride_an=1, stride_bn=1, SAVE=0)
-    flags = {rowwise.Mode.TILE: dict(EVEN=op.even, WHOLE_ROWS=op.even),
+    flags = {rowwise.Mode.TILE: dict(EVEN=op.even, WHOLE_ROWS=op.even, WIDE=False),
              rowwise.Mode.LOOP: dict(EVEN=op.even, PREFETCH_LOOP=op.prefetch_loop),
              rowwise.Mode.COOP: dict(K=op.stats_k)}.get(mode, {})
     return (rowwise.KERNELS[mode], {**unit, **rowwise.steps(op, mode), **flags, **consts}, *rest)

@@ -207,6 +207,16 @@ def test_double_softmax_peaked_rows(mode):
     check("double_softmax", ksm.double_softmax_impl(x, plan=plan), (x,))
 
 
+def test_tiles_take_64_bit_offsets_only_past_2_to_the_31():
+    # (M, N, a's row and column strides, b's, the output's row stride)
+    assert not rowwise.wide_offsets((32766, 65535, 65535, 1, 65535, 1, 65535), 1)  # 32768 * 65535 < 2**31
+    assert rowwise.wide_offsets((32768, 65536, 65536, 1, 65536, 1, 65536), 1)  # 2**31 elements
+    assert rowwise.wide_offsets((1000, 100, 100, 1, 3_000_000, 1, 100), 4)  # b's rows far apart
+    assert rowwise.wide_offsets((10, 10, 10, 1, 10, -300_000_000, 10), 1)  # a reversed column stride
+    launch, _ = rowwise._launch_for(ksm.SOFTMAX, (torch.zeros(4, 8),), plans.RowPlan("tile", 2, 8, 1))
+    assert launch.constants["WIDE"] is False
+
+
 @pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "stream", "reread", "coop"])
 def test_layernorm_large_mean(mode):
     # A mean 1000 times the spread: shifted sums keep the variance.
