@@ -478,10 +478,11 @@ def _args(op: RowOp, ins):
     return (M, N, *a.stride(), *b.stride(), N), align  # the output is contiguous
 
 
-def _tile(op, plan, M, N, dev):
+def _tile(op, plan, dims, dev):
+    M, N = dims[:2]
     even = op.even and N == plan.block_n
     return device.cdiv(M, plan.block_m), dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1,
-                                             PREFETCH=plan.prefetch)
+                                             PREFETCH=plan.prefetch, WIDE=wide_offsets(dims, plan.block_m))
 
 
 def wide_offsets(dims: tuple, block_m: int) -> bool:
@@ -492,27 +493,28 @@ def wide_offsets(dims: tuple, block_m: int) -> bool:
     return (M + block_m) * max(map(abs, rows)) + N * max(map(abs, cols)) >= 2**31
 
 
-def _loop(op, plan, M, N, dev):
+def _loop(op, plan, dims, dev):
+    M, N = dims[:2]
     # the prefetching STAGES 1 still masks its load past the row's end
     even = op.even and N % plan.block_n == 0 and plan.stages is None
     return plan.grid or M, dict(STAGES=plan.stages, EVEN=even, PREFETCH_LOOP=op.prefetch_loop)
 
 
-def _stream(op, plan, M, N, dev):
+def _stream(op, plan, dims, dev):
     return plan.grid, {}
 
 
-def _reread(op, plan, M, N, dev):
+def _reread(op, plan, dims, dev):
     return plan.grid, dict(BLOCK_N2=plan.block_n2)
 
 
-def _coop(op, plan, M, N, dev):
+def _coop(op, plan, dims, dev):
     coop = plans.coop_launch_args(plan, dev)
     hold = bool(op.holds_params and op.holds_params(plan, coop["maxnreg"]))
     return plan.grid, dict(K=op.stats_k, HOLD=hold, **coop)
 
 
-# mode -> (op, plan, M, N, dev) -> (programs, the launch's other constexprs and options)
+# mode -> (op, plan, _args's dims, dev) -> (programs, the launch's other constexprs and options)
 _LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
 
 
@@ -525,9 +527,7 @@ def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tupl
         raise ValueError(f"{op.name} has no {plan.mode} plan")
     dims, align = _args(op, ins)
     device = ins[0].device
-    grid, meta = _LAUNCH[mode](op, plan, dims[0], dims[1], device)
-    if mode is Mode.TILE:
-        meta["WIDE"] = wide_offsets(dims, plan.block_m)
+    grid, meta = _LAUNCH[mode](op, plan, dims, device)
     rest = (*dims, op.eps)
     if mode is Mode.COOP:  # the exchange buffer, and its size in words
         sync = exchange.exchange_buffer(device, plan.grid)
