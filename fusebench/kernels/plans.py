@@ -92,12 +92,16 @@ class RowPlan:
     # Load the input evict_first (the horizontal kernels, which otherwise do so only when they
     # write no cos output: see horizontal._launch).
     evict_first: bool = False
+    # tile: take the rows' statistics in one block-wide reduction (the op's tile_one_reduction step:
+    # one exchange between warps instead of two)
+    one_reduction: bool = False
 
     def describe(self) -> str:
         if self.mode == "tile":
             early = ", parameters loaded with the rows" if self.prefetch else ""
             evict = ", evict_first loads" if self.evict_first else ""
-            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early}{evict})"
+            one = ", one reduction" if self.one_reduction else ""
+            return f"rows on chip ({self.block_m}x{self.block_n}, {self.num_warps} warps{early}{evict}{one})"
         if self.mode == "loop":
             progs = f", {self.grid} programs" if self.grid else ""
             stages = (", next step prefetched" if self.stages == 1 else
@@ -225,7 +229,7 @@ def coop_enabled(device) -> bool:
 
 def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size: int = 4,
               tile_prefetch: bool = False, streams: bool = False, rereads: bool = False, splits: bool = False,
-              row_inputs: int = 1) -> list[RowPlan]:
+              row_inputs: int = 1, one_reduction: bool = False) -> list[RowPlan]:
     """Candidate plans for an (M, N) row-wise kernel, the heuristic's choice first.
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
@@ -242,8 +246,10 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     the "stream" plans (one persistent program per SM, and two at 8192-column steps).  `rereads`:
     add the "reread" plans (first-pass steps of 32768 and 16384 columns, second-pass steps of
     8192).  `splits` (the horizontal kernels): add "split" plans, first where there are fewer rows
-    than twice the SM count.  Each kind of plan is kept because it is the fastest somewhere
-    (docs/kernels.md has the measurements)."""
+    than twice the SM count.  `one_reduction`: add the one-reduction variant (RowPlan.one_reduction)
+    of every tile of one row of at least 4096 columns a program (below that it is no faster, and
+    more candidates there only give the tuner's noise more chances).  Each kind of plan is kept
+    because it is the fastest somewhere (docs/kernels.md has the measurements)."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -255,7 +261,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
                 cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
         if tile_prefetch:
             cands += [replace(p, prefetch=True) for p in cands if p.block_m * p.block_n <= 16 * 32 * p.num_warps]
-        return unique(cands)
+        return unique(cands + _one_reduction(cands, one_reduction))
     sms = num_sms(device)
     loops = [loop_plan(8192, 16), loop_plan(4096, 8), loop_plan(2048, 4), loop_plan(2048, 8), loop_plan(1024, 4),
              # pipelined: loads of the next steps in flight (shared memory) while this one is reduced;
@@ -283,7 +289,12 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
               if coop_stages_fit(p, device, elem_size, row_inputs)]
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
     few_rows = M < 2 * sms
-    return unique((split + loops + streamed if few_rows else loops + streamed + split) + coops + wide)
+    return unique((split + loops + streamed if few_rows else loops + streamed + split) + coops + wide
+                  + _one_reduction(wide, one_reduction))
+
+
+def _one_reduction(tiles: list[RowPlan], on: bool) -> list[RowPlan]:
+    return [replace(p, one_reduction=True) for p in tiles if p.block_m == 1 and p.block_n >= 4096] if on else []
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ own steps inlined:
     reread_init(), reread_acc(chunk, stats, ok, k)  scalar statistics, a big step at a time
     tile_saving(...)                    as tile, returning (output, the rows' constants) (ops
                                         that save their constants for a backward, `saves`)
+    tile_one_reduction(...)             as tile, the rows' statistics taken in one block-wide
+                                        reduction (plans with one_reduction; softmax)
 
 Ops with `saves` (LayerNorm: mean and rstd) write the first `saves` of a row's constants to an
 [M, saves] fp32 tensor when run with save=True (SAVE, a constexpr: nothing is stored otherwise).
@@ -434,6 +436,7 @@ class RowOp:
     stats_k: int = 2
     saves: int = 0
     tile_saving: object = None
+    tile_one_reduction: object = None
     reread_init: object = None
     reread_acc: object = None
     inputs: int = 1
@@ -481,8 +484,13 @@ def _args(op: RowOp, ins):
 def _tile(op, plan, dims, dev):
     M, N = dims[:2]
     even = op.even and N == plan.block_n
-    return device.cdiv(M, plan.block_m), dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1,
-                                             PREFETCH=plan.prefetch, WIDE=wide_offsets(dims, plan.block_m))
+    meta = dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1, PREFETCH=plan.prefetch,
+                WIDE=wide_offsets(dims, plan.block_m))
+    if plan.one_reduction:
+        if op.tile_one_reduction is None:
+            raise ValueError(f"{op.name} has no one-reduction tile")
+        meta["TILE"] = op.tile_one_reduction
+    return device.cdiv(M, plan.block_m), meta
 
 
 def wide_offsets(dims: tuple, block_m: int) -> bool:
@@ -532,8 +540,9 @@ def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tupl
     if mode is Mode.COOP:  # the exchange buffer, and its size in words
         sync = exchange.exchange_buffer(device, plan.grid)
         rest = (sync, sync.numel(), *rest, plan.splits)
-    constants = dict(steps(op, mode), ALIGN=align, BLOCK_N=plan.block_n, num_warps=plan.num_warps,
-                     SAVE=op.saves if save else 0, **meta)
+    # meta may replace a step (the one-reduction tile)
+    constants = {**steps(op, mode), "ALIGN": align, "BLOCK_N": plan.block_n, "num_warps": plan.num_warps,
+                 "SAVE": op.saves if save else 0, **meta}
     return Launch(KERNELS[mode], (grid,), constants), rest
 
 

@@ -102,6 +102,32 @@ def _softmax_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr)
 
 
 @triton.jit
+def _max_and_sum(m1, s1, m2, s2):
+    # Two groups' (max, sum of exp(x - max)) as one: the smaller max's sum rescaled, one exponential.
+    # Equal maxima (-inf ones included) need no rescale.
+    m = tl.maximum(m1, m2)
+    lo = tl.minimum(m1, m2)
+    d = exp_ftz(tl.where(lo == m, 0.0, lo - m))
+    return m, tl.where(m1 >= m2, s1 + s2 * d, s2 + s1 * d)
+
+
+@triton.jit
+def _softmax_tile_one_reduction(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    # The row's max m and sum s in one block-wide reduction: each group of G columns (one 16-byte
+    # vector of the input, which one thread holds, so its max needs no exchange) takes its max m_g
+    # and e = exp(x - m_g); the groups' (m_g, sum e) pairs reduce to (m, s), and y = e exp(m_g - m) / s.
+    G: tl.constexpr = 128 // src[0].dtype.element_ty.primitive_bitwidth
+    BM: tl.constexpr = r.shape[0]
+    BN: tl.constexpr = c.shape[0]
+    x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=float("-inf")).to(tl.float32)
+    x = tl.reshape(x, [BM, BN // G, G])
+    m_g = tl.max(x, 2)
+    e = exp_ftz(x - tl.where(m_g == float("-inf"), 0.0, m_g)[:, :, None])  # a group of -inf: e = 0
+    m, s = tl.reduce((m_g, tl.sum(e, 2)), 1, _max_and_sum)
+    return tl.reshape(e * (exp_ftz(m_g - m[:, None]) / s[:, None])[:, :, None], [BM, BN])
+
+
+@triton.jit
 def _softmax_coop_stats(chunk, ok, k):
     # the chunk becomes e = exp(x - m_c); published: (m_c, sum e)
     m_c = tl.max(chunk[0], 0)
@@ -125,7 +151,8 @@ def _scaled(chunk, p, consts):
 
 SOFTMAX = RowOp("softmax", load=_x, params=no_params, shift=no_shift, init=_softmax_init, acc=_softmax_acc,
                 total=_softmax_total, merge=_softmax_merge, apply=_softmax_apply, tile=_softmax_tile,
-                coop_stats=_softmax_coop_stats, coop_merge=_softmax_coop_merge, coop_apply=_scaled)
+                tile_one_reduction=_softmax_tile_one_reduction, coop_stats=_softmax_coop_stats,
+                coop_merge=_softmax_coop_merge, coop_apply=_scaled)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,7 +355,8 @@ _SOURCE = functools.partial(tuning.source_hash, __name__, *rowwise.SOURCE_MODULE
 
 def softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
     """The tuner's candidates for softmax_impl, the heuristic's choice first."""
-    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+                           one_reduction=True)
 
 
 def softmax_backward_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):

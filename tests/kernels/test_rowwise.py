@@ -217,6 +217,36 @@ def test_tiles_take_64_bit_offsets_only_past_2_to_the_31():
     assert launch.constants["WIDE"] is False
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape, block_m", [((5, 1000), 1), ((7, 300), 2), ((3, 40), 4)])
+def test_softmax_one_reduction_tile(shape, block_m, dtype, layout):
+    # Groups of -inf (a whole row but one value, half a row) and padding: the pairs' combine and the
+    # exponentials must not turn them into NaN.
+    (x,) = inputs("softmax", shape, dtype, seed=8)
+    x[0, :] = float("-inf")
+    x[0, 3] = 1.0
+    x[1, : shape[1] // 2] = float("-inf")
+    plan = plans.RowPlan("tile", block_m, plans.next_pow2(shape[1]), 4, one_reduction=True)
+    y, ran = ksm.softmax_run(strided(x, layout) if layout != "contiguous" else x, plan=plan)
+    assert ran.one_reduction and "one reduction" in ran.describe()
+    check("softmax", y, (x,))
+
+
+def test_one_reduction_tiles_are_candidates_of_long_rows_only():
+    plain = plans.row_plans(512, 16384, "cpu")
+    one = [p for p in ksm.softmax_plans(512, 16384, "cpu") if p.one_reduction]
+    assert not any(p.one_reduction for p in plain) and one
+    assert {dataclasses.replace(p, one_reduction=False) for p in one} == {p for p in plain if p.block_m == 1}
+    assert not any(p.one_reduction for p in ksm.softmax_plans(512, 2048, "cpu"))
+    # rows longer than a tile's: the one-row 16- and 32-warp tiles
+    assert {(p.block_n, p.num_warps) for p in ksm.softmax_plans(512, 32768, "cpu") if p.one_reduction} == \
+        {(32768, 16), (32768, 32)}
+    with pytest.raises(ValueError, match="no one-reduction tile"):
+        rowwise._launch_for(knorm.LAYERNORM, (torch.zeros(4, 8),),
+                            plans.RowPlan("tile", 1, 8, 1, one_reduction=True))
+
+
 @pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "stream", "reread", "coop"])
 def test_layernorm_large_mean(mode):
     # A mean 1000 times the spread: shifted sums keep the variance.
@@ -351,6 +381,20 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
     assert any(p.mode == "coop" for p in cands)
     for plan in cands:
         checked(name, IMPL[name](*args, plan=plan), args, plan)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(300, 16384), (7, 20000), (130, 4100)], ids=["300x16384", "7x20000", "130x4100"])
+def test_gpu_softmax_one_reduction_tiles(shape):
+    # every one-reduction tile the tuner may choose, bf16 (a 16-byte vector is 8 columns), rows of -inf
+    (x,) = inputs("softmax", shape, torch.bfloat16, seed=9)
+    x[0, :] = float("-inf")
+    x[0, 11] = 2.0
+    x[1, :4000] = float("-inf")
+    cands = [p for p in ksm.softmax_plans(*shape, DEVICE) if p.one_reduction]
+    assert cands
+    for plan in cands:
+        checked("softmax", ksm.softmax_impl(x, plan=plan), (x,), plan)
 
 
 @gpu
