@@ -125,7 +125,7 @@ def resource_usage(kernel, constexprs: dict, num_warps: int, arch: int = 90,
 def single_pass_kernels() -> dict[str, tuple]:
     """label -> (kernel, constexprs, num_warps): the one-launch, one-read plans of the memory-bound
     cases at typical tiles (fp32, contiguous rows: the column strides are the JIT's constant 1)."""
-    from fusebench.kernels import horizontal as hor, pointwise as pw
+    from fusebench.kernels import horizontal as hor, pointwise as pw, softmax as sm
     from fusebench.kernels.rowwise import Mode
 
     rows = dict(ALIGN=4, BLOCK_M=1)
@@ -134,6 +134,8 @@ def single_pass_kernels() -> dict[str, tuple]:
                ("softmax", 4096, 8, False, ""), ("double_softmax", 4096, 8, False, ""),
                ("softmax_backward", 4096, 8, False, ""),
                ("layernorm", 8192, 16, True, " (parameters with the rows)"), ("norm_chain", 4096, 8, False, "")]}
+    out["softmax 1x16384 (one reduction)"] = _rowwise("softmax", Mode.TILE, dict(
+        rows, BLOCK_N=16384, PREFETCH=False, TILE=sm.SOFTMAX.tile_one_reduction), 32)
     out.update({
         "horizontal_reduction_pointwise 1x4096": (hor._horizontal_tile_kernel, dict(
             rows, BLOCK_N=4096, stride_an=1, WITH_COS=True, WITH_MAX=False, EVICT=""), 8),
