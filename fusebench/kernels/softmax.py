@@ -239,13 +239,24 @@ def _ds_reread_acc(chunk, stats, ok, k):
 
 
 @triton.jit
+def _softmax_of_probabilities(y, mask):
+    # softmax of y in [0, 1] needs no max: exp(y) <= e.  Padding has y = 0, not -inf: its exp is
+    # zeroed explicitly.
+    e = tl.where(mask, exp_ftz(y), 0.0)
+    return e * (1.0 / tl.sum(e, 1))[:, None]
+
+
+@triton.jit
 def _ds_tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
     x = tl.load(tile_ptrs(src[0], row0, r, c, src[2], src[3]), mask=mask, other=float("-inf")).to(tl.float32)
     e = exp_ftz(x - tl.max(x, 1)[:, None])
-    y = e * (1.0 / tl.sum(e, 1))[:, None]
-    # Padding has y = 0, which is not -inf: zero its exp explicitly.
-    e2 = tl.where(mask, exp_ftz(y - tl.max(y, 1)[:, None]), 0.0)
-    return e2 * (1.0 / tl.sum(e2, 1))[:, None]
+    return _softmax_of_probabilities(e * (1.0 / tl.sum(e, 1))[:, None], mask)
+
+
+@triton.jit
+def _ds_tile_one_reduction(src, prm, row0, r, c, mask, M, N, eps, PREFETCH: tl.constexpr):
+    return _softmax_of_probabilities(_softmax_tile_one_reduction(src, prm, row0, r, c, mask, M, N, eps, PREFETCH),
+                                     mask)
 
 
 @triton.jit
@@ -281,7 +292,7 @@ def _ds_coop_apply(chunk, p, consts):
 
 DOUBLE_SOFTMAX = RowOp("double_softmax", load=_x, params=no_params, shift=no_shift, init=_ds_init, acc=_ds_acc,
                        total=_ds_total, merge=_ds_merge, apply=_ds_apply, tile=_ds_tile,
-                       coop_stats=_ds_coop_stats, coop_merge=_ds_coop_merge, coop_apply=_ds_coop_apply, stats_k=8,
+                       tile_one_reduction=_ds_tile_one_reduction, coop_stats=_ds_coop_stats, coop_merge=_ds_coop_merge, coop_apply=_ds_coop_apply, stats_k=8,
                        reread_init=_ds_reread_init, reread_acc=_ds_reread_acc, prefetch_loop=False)
 
 
@@ -377,7 +388,7 @@ def double_softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4)
     streamed plans keep their 8192-column steps (16384 spills)."""
     return [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
             for p in plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
-                                     rereads=True)
+                                     rereads=True, one_reduction=True)
             if not (p.mode == "stream" and p.block_n > 8192)]
 
 

@@ -220,17 +220,19 @@ def test_tiles_take_64_bit_offsets_only_past_2_to_the_31():
 @pytest.mark.parametrize("layout", ["contiguous", "row_stride", "col_stride"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("shape, block_m", [((5, 1000), 1), ((7, 300), 2), ((3, 40), 4)])
-def test_softmax_one_reduction_tile(shape, block_m, dtype, layout):
+@pytest.mark.parametrize("name", ["softmax", "double_softmax"])
+def test_one_reduction_tiles(name, shape, block_m, dtype, layout):
     # Groups of -inf (a whole row but one value, half a row) and padding: the pairs' combine and the
     # exponentials must not turn them into NaN.
-    (x,) = inputs("softmax", shape, dtype, seed=8)
+    (x,) = inputs(name, shape, dtype, seed=8)
     x[0, :] = float("-inf")
     x[0, 3] = 1.0
     x[1, : shape[1] // 2] = float("-inf")
     plan = plans.RowPlan("tile", block_m, plans.next_pow2(shape[1]), 4, one_reduction=True)
-    y, ran = ksm.softmax_run(strided(x, layout) if layout != "contiguous" else x, plan=plan)
+    run = ksm.softmax_run if name == "softmax" else ksm.double_softmax_run
+    y, ran = run(strided(x, layout) if layout != "contiguous" else x, plan=plan)
     assert ran.one_reduction and "one reduction" in ran.describe()
-    check("softmax", y, (x,))
+    check(name, y, (x,))
 
 
 def test_one_reduction_tiles_are_candidates_of_long_rows_only():
@@ -385,16 +387,18 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
 
 @gpu
 @pytest.mark.parametrize("shape", [(300, 16384), (7, 20000), (130, 4100)], ids=["300x16384", "7x20000", "130x4100"])
-def test_gpu_softmax_one_reduction_tiles(shape):
+def test_gpu_one_reduction_tiles(shape):
     # every one-reduction tile the tuner may choose, bf16 (a 16-byte vector is 8 columns), rows of -inf
     (x,) = inputs("softmax", shape, torch.bfloat16, seed=9)
     x[0, :] = float("-inf")
     x[0, 11] = 2.0
     x[1, :4000] = float("-inf")
-    cands = [p for p in ksm.softmax_plans(*shape, DEVICE) if p.one_reduction]
-    assert cands
-    for plan in cands:
-        checked("softmax", ksm.softmax_impl(x, plan=plan), (x,), plan)
+    for name, plans_for, impl in [("softmax", ksm.softmax_plans, ksm.softmax_impl),
+                                  ("double_softmax", ksm.double_softmax_plans, ksm.double_softmax_impl)]:
+        cands = [p for p in plans_for(*shape, DEVICE) if p.one_reduction]
+        assert cands
+        for plan in cands:
+            checked(name, impl(x, plan=plan), (x,), plan)
 
 
 @gpu
