@@ -23,7 +23,7 @@ own steps inlined:
     tile_saving(...)                    as tile, returning (output, the rows' constants) (ops
                                         that save their constants for a backward, `saves`)
     tile_one_reduction(...)             as tile, the rows' statistics taken in one block-wide
-                                        reduction (plans with one_reduction; softmax)
+                                        reduction (plans with one_reduction; softmax, double_softmax)
 
 Ops with `saves` (LayerNorm: mean and rstd) write the first `saves` of a row's constants to an
 [M, saves] fp32 tensor when run with save=True (SAVE, a constexpr: nothing is stored otherwise).

@@ -2,7 +2,9 @@
 
 softmax keeps a running max m and the per-lane sum of exp(x - m), rescaled whenever m grows;
 a cooperative program turns its chunk into e = exp(x - m_c) (m_c the chunk's max) and publishes
-(m_c, sum e), so that its output is e times one scalar once the row's partials are in.
+(m_c, sum e), so that its output is e times one scalar once the row's partials are in.  Rows on
+chip take max and sum in two block-wide reductions, or (the one-reduction tiles, where the tuner
+finds them faster) as per-group (max, sum) pairs combined in one.
 
 double_softmax reads its input once per pass even over long rows: the normalizer of the second
 softmax, S2 = sum_j exp(y_j) with y_j = exp(x_j - m) / S1, comes from the power sums
@@ -10,7 +12,8 @@ T_k = sum_j exp(k (x_j - m)) gathered with the first softmax's statistics, as
 S2 = sum_k T_k / (S1^k k!).  Since 0 <= y_j <= 1 and sum_j y_j = 1, sum_j y_j^k <= 1 for every
 k >= 1 and S2 >= N, so stopping after k = 4 leaves a relative error in S2 below e / 5! / N: under
 1.4e-6 for the long rows (N > 16384) that take these plans, against fp32's tolerance of 1e-4.
-Four sums (rather than more) keep the streamed plans' registers low.
+Four sums (rather than more) keep the streamed plans' registers low.  Rows on chip take the
+second softmax without its max: exp(y) <= e.
 
 softmax_backward: dx = y * (dy - sum(dy * y)); its plain looped and tile plans drop their column
 masks where the steps cover the row exactly (RowOp.even: with masks, ptxas spills the one-step
@@ -292,8 +295,9 @@ def _ds_coop_apply(chunk, p, consts):
 
 DOUBLE_SOFTMAX = RowOp("double_softmax", load=_x, params=no_params, shift=no_shift, init=_ds_init, acc=_ds_acc,
                        total=_ds_total, merge=_ds_merge, apply=_ds_apply, tile=_ds_tile,
-                       tile_one_reduction=_ds_tile_one_reduction, coop_stats=_ds_coop_stats, coop_merge=_ds_coop_merge, coop_apply=_ds_coop_apply, stats_k=8,
-                       reread_init=_ds_reread_init, reread_acc=_ds_reread_acc, prefetch_loop=False)
+                       tile_one_reduction=_ds_tile_one_reduction, coop_stats=_ds_coop_stats,
+                       coop_merge=_ds_coop_merge, coop_apply=_ds_coop_apply, stats_k=8, reread_init=_ds_reread_init,
+                       reread_acc=_ds_reread_acc, prefetch_loop=False)
 
 
 # ----------------------------------------------------------------------------------------------
