@@ -234,7 +234,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
 
     Rows on chip: the heuristic's tile, then tiles of 1/4 to 2x as many elements per program
     (smaller programs shorten the last wave of a small grid, larger ones cut per-program
-    overhead), at 16 and at 8 elements per thread.  Longer rows: looped rows at several steps
+    overhead), at 16 and at 8 elements per thread (one warp where that leaves a warp a row of up
+    to 512 elements: its reductions need no barrier).  Longer rows: looped rows at several steps
     (smaller programs put more of them on an SM, hence more loads in flight) and cooperative rows
     (COOP_SHAPES, each also prefetching, RowPlan.prefetch, and each also staged through shared
     memory where that fits, RowPlan.stages, with `row_inputs` row-sized inputs staged a program);
@@ -258,7 +259,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
             if bm > next_pow2(M) or (bm == base.block_m and scale != 2):
                 continue
             for per_thread in (16, 8):
-                cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=2, hi=32)))
+                cands.append(tile_plan(M, N, device, bm, num_warps_for(bm * base.block_n, per_thread, lo=1, hi=32)))
         if tile_prefetch:
             cands += [replace(p, prefetch=True) for p in cands if p.block_m * p.block_n <= 16 * 32 * p.num_warps]
         return unique(cands + _one_reduction(cands, one_reduction))
