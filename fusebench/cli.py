@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from fusebench.commands import measuring, stores
+from fusebench.commands import audit, measuring, stores
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and test suite for GPU kernel fusion.")
@@ -18,7 +18,7 @@ COMMANDS = (
     ("list", measuring.list_cmd), ("run", measuring.run), ("results", stores.results),
     ("overhead", stores.overhead), ("report", stores.report), ("compare", stores.compare),
     ("show", measuring.show), ("ceilings", measuring.ceilings), ("runs", stores.runs), ("merge", stores.merge),
-    ("paired", measuring.paired_cmd), ("standing", stores.standing_cmd),
+    ("paired", measuring.paired_cmd), ("standing", stores.standing_cmd), ("audit", audit.audit),
 )
 for name, command in COMMANDS:
     app.command(name)(command)

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from fusebench.commands import audit as audit_hooks
 from fusebench.commands.common import (BASELINE_HELP, bad_input_is_exit_2, check_baseline, comma_list, err, fail,
                                        out, parse_run_ids)
 from fusebench.util import as_text, plain
@@ -38,6 +39,8 @@ def results(
         return
     if format not in ("table", "csv", "json", "parquet"):
         fail(f"unknown format {format!r}; choose table, csv, json or parquet")
+    if audit_hooks.results_hook(run_id, db, format, output):  # an audit run prints and exports its own way
+        return
     check_baseline(baseline)
     df = fusebench.results(run_id, db)
     if format == "table":
@@ -109,6 +112,8 @@ def report(
     check_baseline(baseline)
     runs = parse_run_ids(run_id) if run_id else None
     with Store.open(db or default_db_path(), create=False) as store:  # read-only
+        if audit_hooks.report_hook(store, runs, output, pairs):  # an audit run has a page of its own
+            return
         path = render_report(store, runs, output, pairs=pairs, baseline=baseline)
     out.print(f"wrote {plain(path)}", highlight=False, markup=False)
 
@@ -132,6 +137,8 @@ def compare(
     store_a = Store.open(db or default_db_path(), create=False)
     store_b = Store.open(db_b, create=False) if db_b else store_a
     try:
+        if audit_hooks.compare_hook(store_a, run_a, store_b, run_b, output, fail_above):  # two audits
+            return
         result = render_compare(store_a, run_a, store_b, run_b, output, baseline=baseline)
     finally:
         store_a.close()
