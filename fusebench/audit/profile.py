@@ -1,0 +1,156 @@
+"""Every kernel of one step, from torch.profiler, with where it was launched from.
+
+On a GPU a kernel is a device activity; the CPU event that launched it (the profiler links the two
+by correlation id) and that event's ancestors say whether it ran inside a compiled graph
+(`## Call CompiledFxGraph <key> ##`, under `CompiledFunction` or `CompiledFunctionBackward`), which
+ATen operator launched it, and what ran it outside the graphs (gradient accumulation, the loss's
+backward, a copy).  On a CPU there are no device activities: a kernel is one of Inductor's generated
+C++ kernels (recorded under `graph_<n>_<kernel>` when `config.cpp.enable_kernel_profile` is on), an
+ATen operator called by a compiled graph, or a top-level ATen operator; times are host times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fusebench.fusion.graph import VIEWS
+
+GRAPH_CALL = "## Call CompiledFxGraph"
+
+
+@dataclass
+class ProfiledKernel:
+    name: str
+    time_us: float
+    start_us: float
+    end_us: float
+    graph_key: str | None = None  # the compiled graph call it ran in
+    graph_kind: str | None = None  # forward | backward | inference, when inside a graph
+    op: str | None = None  # nearest ATen operator above it
+    op_seq: int | None = None  # which top-level call of that graph launched it (for extern kernels)
+    ancestors: list[str] = field(default_factory=list)
+    is_copy: bool = False  # a memcpy or memset
+
+
+def _ancestors(event) -> list:
+    out, p = [], event.cpu_parent
+    while p is not None:
+        out.append(p)
+        p = p.cpu_parent
+    return out
+
+
+def _graph_of(chain: list) -> tuple[str | None, str | None, object | None]:
+    """(graph call key, kind, the graph-call event) from an ancestor chain, innermost first."""
+    for i, e in enumerate(chain):
+        if e.name.startswith(GRAPH_CALL):
+            # The cache key in the name is "None" when the FX graph cache was bypassed: the
+            # event's own id tells two calls apart.
+            key = f"{e.name[len(GRAPH_CALL):].strip(' #')}@{e.id}"
+            outer = [a.name for a in chain[i + 1:]]
+            kind = "backward" if any("CompiledFunctionBackward" in n for n in outer) else (
+                "forward" if any(n == "CompiledFunction" for n in outer) else "inference")
+            return key, kind, e
+    return None, None, None
+
+
+def _nearest_op(chain: list) -> str | None:
+    for e in chain:
+        if e.name.startswith("aten::"):
+            return e.name
+    return None
+
+
+def _direct_child_index(graph_event, chain: list) -> int | None:
+    """Index, among the graph call's direct children, of the child on this chain."""
+    if graph_event is None:
+        return None
+    for i, e in enumerate(chain):
+        if e is graph_event and i > 0:
+            child = chain[i - 1]
+            kids = list(getattr(graph_event, "cpu_children", []))
+            return kids.index(child) if child in kids else None
+    return None
+
+
+def gpu_kernels(prof) -> list[ProfiledKernel]:
+    """The device activities of a profiled GPU step, in start order, with their CPU context."""
+    from torch.autograd import DeviceType
+
+    events = list(prof.events())
+    by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    out = []
+    for e in events:
+        if e.device_type != DeviceType.CUDA:
+            continue
+        launcher = by_id.get(getattr(e, "linked_correlation_id", 0))
+        chain = ([launcher] + _ancestors(launcher)) if launcher is not None else []
+        key, kind, graph_event = _graph_of(chain)
+        name = e.name
+        out.append(ProfiledKernel(
+            name=name, time_us=float(e.time_range.elapsed_us()), start_us=float(e.time_range.start),
+            end_us=float(e.time_range.end), graph_key=key, graph_kind=kind, op=_nearest_op(chain),
+            op_seq=_direct_child_index(graph_event, chain), ancestors=[a.name for a in chain],
+            is_copy=name.startswith(("Memcpy", "Memset"))))
+    out.sort(key=lambda k: k.start_us)
+    return out
+
+
+def cpu_kernels(prof) -> list[ProfiledKernel]:
+    """The "kernels" of a profiled CPU step: generated kernels and the ATen operators a compiled
+    graph calls directly, and top-level ATen operators outside any graph; host times."""
+    out = []
+    for e in prof.events():
+        chain = _ancestors(e)
+        key, kind, graph_event = _graph_of(chain)
+        name = e.name
+        if key is not None:
+            direct = chain and chain[0] is graph_event
+            if not direct:
+                continue
+            if name.startswith("graph_") and "_" in name[6:]:
+                name = name.split("_", 2)[2]  # graph_<n>_<kernel>
+            elif not name.startswith("aten::"):
+                continue
+        elif not name.startswith("aten::") or any(a.name.startswith("aten::") for a in chain):
+            continue  # only top-level ATen operators outside the graphs
+        elif name[len("aten::"):] in VIEWS:
+            continue  # a view moves no data
+        elif any(a.name.startswith(("Torch-Compiled Region", "CompiledFunction")) for a in chain):
+            continue  # the compiled region's own bookkeeping (its graph call is counted above)
+        out.append(ProfiledKernel(
+            name=name, time_us=float(e.cpu_time_total), start_us=float(e.time_range.start),
+            end_us=float(e.time_range.end), graph_key=key, graph_kind=kind,
+            op=e.name if e.name.startswith("aten::") else None,
+            op_seq=_direct_child_index(graph_event, [e] + chain) if key else None,
+            ancestors=[a.name for a in chain], is_copy=e.name in ("aten::copy_", "aten::fill_", "aten::zero_")))
+    out.sort(key=lambda k: k.start_us)
+    return out
+
+
+def profile_step(step, device: str) -> list[ProfiledKernel]:
+    """Profile one (warmed-up) step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+    with profile(activities=activities) as prof:
+        step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+    return gpu_kernels(prof) if device.startswith("cuda") else cpu_kernels(prof)
+
+
+def outside_reason(k: ProfiledKernel) -> str:
+    """Why a kernel of a compiled backend's step ran outside its compiled graphs."""
+    names = " ".join(k.ancestors)
+    if "AccumulateGrad" in names:
+        return "gradient accumulation (AccumulateGrad)"
+    for a in k.ancestors:
+        if a.startswith("autograd::engine::evaluate_function: "):
+            return f"autograd outside the graph ({a.split(': ', 1)[1]})"
+    if "Torch-Compiled Region" in names or "CompiledFunction" in names:
+        return "the compiled region's own bookkeeping"
+    return f"outside the compiled graph ({k.op or k.name})"
