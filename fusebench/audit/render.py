@@ -124,12 +124,12 @@ def class_bars(result: AuditResult) -> Table | None:
 
 
 def opportunities_table(result: AuditResult, backend: str, top: int) -> Table | None:
-    regions = result.opportunities(backend)[:max(top, 0)]
+    regions = v.ranked(result, backend)[:max(top, 0)]
     if not regions:
         return None
     summary = v.regions_summary(result, backend) or ""
     t = Table(title=f"opportunities in {as_text(backend)}: {as_text(summary)}"
-                    + (f"; the top {len(regions)} by gap" if len(regions) < len(result.opportunities(backend))
+                    + (f"; the top {len(regions)} by gap" if len(regions) < len(v.ranked(result, backend))
                        else ""), title_justify="left")
     for col, just in (("#", "right"), ("region", "left"), ("graph", "left"), ("kernels", "left"),
                       ("bytes", "right"), ("ideal (estimate)", "right"), ("measured", "right"), ("gap", "right"),

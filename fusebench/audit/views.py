@@ -190,6 +190,18 @@ def step_time_us(result: AuditResult, backend: str) -> float | None:
     return _number(step.gpu_time_us) if step else None
 
 
+def ranked(result: AuditResult, backend: str) -> list[RegionRow]:
+    """A backend's regions, largest gap first; a region without an ideal time (no copy ceiling)
+    ranks by its measured time, the most its gap could be."""
+    rows = [r for r in result.regions if r.backend == backend]
+
+    def key(r: RegionRow) -> float:
+        gap = _number(r.gap_us)
+        return -(gap if gap is not None else _number(r.time_us) or 0.0)
+
+    return sorted(rows, key=key)
+
+
 def regions_summary(result: AuditResult, backend: str) -> str | None:
     """"23 memory-bound regions: 0.41 ms measured, gap 0.22 ms (5.1% of the step)"."""
     regions = [r for r in result.regions if r.backend == backend]

@@ -72,7 +72,7 @@ def classes_table(result: AuditResult) -> Table:
 def opportunities_table(result: AuditResult, backend: str, top: int) -> Table:
     t = Table(["#", "region", "graph", "kernels", "bytes", "ideal (estimate)", "measured", "gap", "% of step",
                "reads / feeds", "Inductor's reasons", "fusebench case at this shape"], numeric={0, 4, 5, 6, 7, 8})
-    for rank, r in enumerate(result.opportunities(backend)[:top], 1):
+    for rank, r in enumerate(v.ranked(result, backend)[:top], 1):
         ideal = (Cell(v.fmt_us(r.ideal_us), style="font-style:italic", title="an estimate, not a measurement")
                  if r.ideal_us is not None else Cell("not available", title="no copy ceiling"))
         edges = " → ".join(x for x in (", ".join(r.after), ", ".join(r.before)) if x)
@@ -120,7 +120,7 @@ def class_figure(rows: list[tuple[str, AuditResult, str | None]], title: str) ->
 def audit_context(result: AuditResult, info: dict, top: int = TOP) -> dict:
     opportunities = []
     for backend in result.backends:
-        regions = result.opportunities(backend)
+        regions = v.ranked(result, backend)
         if not regions:
             continue
         shown = regions[:top]

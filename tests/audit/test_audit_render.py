@@ -103,3 +103,11 @@ def test_formats():
 def test_long_refusals_are_cut_and_counted():
     text = views.refusals_text(["x" * 300, "short", "third"], limit=2, width=50)
     assert text == "x" * 49 + "…; short; … 1 more"
+
+
+def test_without_ideal_times_regions_rank_by_measured_time():
+    result = synthetic_audit(copy_gbps=None)
+    result.regions[1].time_us = 50.0
+    assert [r.label.split("-")[0] for r in views.ranked(result, "inductor")] == ["swiglu", "rmsnorm"]
+    result = synthetic_audit()
+    assert [r.label.split("-")[0] for r in views.ranked(result, "inductor")] == ["rmsnorm", "swiglu"]
