@@ -127,20 +127,53 @@ def cpu_kernels(prof) -> list[ProfiledKernel]:
     return out
 
 
-def profile_step(step, device: str) -> list[ProfiledKernel]:
-    """Profile one (warmed-up) step."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+PROFILED_STEPS = 3
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+
+def _step_of(k: ProfiledKernel) -> str | None:
+    return next((a for a in k.ancestors if a.startswith("ProfilerStep#")), None)
+
+
+def median_step(kernels: list[ProfiledKernel]) -> list[ProfiledKernel]:
+    """One step's kernels from several profiled steps: where every step ran the same kernels in the
+    same order, each kernel's median time (a step preempted on a busy host does not become the
+    answer); otherwise the last step as it ran."""
+    import statistics
+
+    steps: dict[str, list[ProfiledKernel]] = {}
+    for k in kernels:
+        steps.setdefault(_step_of(k) or "", []).append(k)
+    runs = [sorted(v, key=lambda k: k.start_us) for v in steps.values()]
+    if len(runs) < 2:
+        return runs[0] if runs else []
+    if len({tuple(k.name for k in r) for r in runs}) != 1:
+        return runs[-1]
+    out = []
+    for group in zip(*runs):
+        mid = sorted(group, key=lambda k: k.time_us)[len(group) // 2]
+        out.append(ProfiledKernel(**{**mid.__dict__, "time_us": statistics.median(k.time_us for k in group)}))
+    return out
+
+
+def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> list[ProfiledKernel]:
+    """Profile `steps` warmed-up steps and return one step's kernels (median_step).  The profiler
+    records a step first and discards it (its schedule's warm-up), so that its own start-up costs
+    stay out of the kernels' times."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     step()
-    if device.startswith("cuda"):
+    if cuda:
         torch.cuda.synchronize(device)
-    with profile(activities=activities) as prof:
-        step()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
-    return gpu_kernels(prof) if device.startswith("cuda") else cpu_kernels(prof)
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        for _ in range(steps + 1):
+            step()
+            if cuda:
+                torch.cuda.synchronize(device)
+            prof.step()
+    return median_step(gpu_kernels(prof) if cuda else cpu_kernels(prof))
 
 
 def outside_reason(k: ProfiledKernel) -> str:

@@ -117,6 +117,10 @@ class InductorCapture:
 
     # -- settings ---------------------------------------------------------------------------------
     def _set(self, obj, name: str, value) -> None:
+        """Set a setting for the block; one this PyTorch lacks is skipped (what needs it is then
+        missing from the capture: provenance or the fusion log)."""
+        if not hasattr(obj, name):
+            return
         self._undo.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
 
@@ -131,7 +135,8 @@ class InductorCapture:
             self._set(config, "post_grad_custom_post_pass", _recorder(self._on_post_grad, config.post_grad_custom_post_pass))
             self._set(config, "fx_graph_cache", False)
             self._set(functorch_config, "enable_autograd_cache", False)
-            self._set(config.trace, "provenance_tracking_level", max(1, config.trace.provenance_tracking_level))
+            self._set(config.trace, "provenance_tracking_level",
+                      max(1, getattr(config.trace, "provenance_tracking_level", 0)))
             logger = logging.getLogger(FUSION_LOGGER)
             self._set(logger, "level", logging.DEBUG)
             self._set(logger, "propagate", False)
