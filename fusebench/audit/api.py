@@ -95,7 +95,7 @@ def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, si
         raise ValueError(f"--timeout {timeout_s!r}: must be a positive number of seconds")
     if ncu and not device.startswith("cuda"):
         raise ValueError("--ncu measures DRAM bytes on a CUDA GPU; this audit runs on the CPU")
-    records = [plugin_record(p) for p in plugins]
+    records = [plugin_record(p) for p in ([plugins] if isinstance(plugins, str) else plugins)]
     for r in records:
         load_plugin(r["path"], r["sha256"])
     spec = models.get_model(model.strip())

@@ -223,7 +223,7 @@ def test_compare_two_audits_and_refuse_an_audit_against_cells(db, tmp_path):
 def test_the_python_api_stores_and_returns_the_audit(db, plugin, fake_measure):
     import fusebench
 
-    result = fusebench.audit_model("tiny", plugins=[plugin], db=db, device="cpu", sizes="width=16")
+    result = fusebench.audit_model("tiny", plugins=plugin, db=db, device="cpu", sizes="width=16")
     assert result.model == "tiny" and result.sizes == {"batch": 2, "width": 16}
     assert fusebench.audit.__name__ == "fusebench.audit"  # the subpackage stays reachable
     with pytest.raises(ValueError, match="unknown model"):
