@@ -110,7 +110,34 @@ def save(store: Store, run_id: int, result: AuditResult) -> None:
 
 
 def _tables(store: Store) -> set[str]:
-    return {r[0] for r in store.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return _tables_of(store.con)
+
+
+def _tables_of(con) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def copy_audit_rows(source_con, run_id: int, target_con, new_run_id: int) -> int:
+    """Copy run `run_id`'s audit rows from one store's connection to another's as run
+    `new_run_id` (a merge), inside the caller's transaction: it neither begins nor commits.  The
+    columns both stores have are copied; returns the number of rows copied (0 for a run of cells)."""
+    have = _tables_of(source_con)
+    if not any(t in have for t in SCHEMAS):
+        return 0
+    _ensure_tables(target_con)
+    copied = 0
+    for table in SCHEMAS:
+        if table not in have:
+            continue
+        mine = {r[1] for r in target_con.execute(f"PRAGMA table_info({table})")}
+        cols = [r[1] for r in source_con.execute(f"PRAGMA table_info({table})")
+                if r[1] in mine and r[1] not in ("id", "run_id")]
+        rows = source_con.execute(f"SELECT {', '.join(map(_q, cols))} FROM {table} WHERE run_id=?"
+                                  f"{'' if table == HEADER_TABLE else ' ORDER BY id'}", (run_id,)).fetchall()
+        target_con.executemany(f"INSERT INTO {table} (run_id, {', '.join(map(_q, cols))}) "
+                               f"VALUES (?, {', '.join('?' * len(cols))})", [(new_run_id, *r) for r in rows])
+        copied += len(rows)
+    return copied
 
 
 def _read(store: Store, table: str, run_id: int) -> list[dict]:

@@ -108,3 +108,20 @@ def test_audit_summary_names_what_was_measured():
     assert audit_summary({"cases": ["softmax"]}) is None
     assert audit_summary("not json") is None
     assert audit_summary({"kind": "audit", "audit": "garbled"}) == "audit ? fwd: eager"
+
+
+def test_copying_an_audit_into_another_store(db, tmp_path):
+    from fusebench.audit.store import copy_audit_rows
+
+    result = synthetic_audit()
+    rid = store_audit(db, result)
+    other = str(tmp_path / "other.db")
+    store_cells_run(other)
+    with Store.open(db, create=False) as src, Store.open(other) as dst:
+        with dst.con:  # the merge's transaction: the run row, then its rows
+            new = dst.con.execute("INSERT INTO runs (status, request) VALUES ('done', ?)",
+                                  (src.run_info(rid)["request"],)).lastrowid
+            n = copy_audit_rows(src.con, rid, dst.con, new)
+        assert n == 1 + len(result.steps) + len(result.kernels) + len(result.regions)
+        assert load(dst, new).as_dict() == result.as_dict()
+        assert copy_audit_rows(dst.con, 1, src.con, 99) == 0  # a run of cells has no audit rows
