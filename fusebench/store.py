@@ -116,6 +116,10 @@ CELL_COLUMNS = {
     "memsets": "INTEGER",
     "memcpys": "INTEGER",
     "kernel_names": "TEXT",  # JSON list
+    # kernels Inductor's code launches per call of its graphs (fusebench/fusion/facts.py)
+    "generated_kernels": "INTEGER",
+    "extern_kernels": "INTEGER",  # extern (library) kernels and ATen fallbacks
+    "fusion_kernels": "TEXT",  # JSON list: graph, kind, launches, ATen ops and name of each kernel
     # memory, bytes
     "peak_mem_bytes": "INTEGER",  # max_memory_allocated during one call minus what was allocated before
     "footprint_bytes": "INTEGER",  # allocated during the call beyond inputs and outputs

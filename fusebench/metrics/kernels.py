@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import tempfile
 import types
@@ -21,6 +20,7 @@ from collections import Counter
 
 import torch
 
+from fusebench.fusion.code import wrapper_kernel_calls
 from fusebench.metrics import MetricContext, metric
 from fusebench.metrics._util import first_line
 
@@ -157,36 +157,6 @@ def gpu_kernels(call) -> tuple[dict, list[dict]]:
 
 # ----------------------------------------------------------------------------------------------
 # CPU: Inductor's generated code
-
-_TRIPLE = re.compile(r"[rRbB]?('''.*?'''|\"\"\".*?\"\"\")", re.DOTALL)
-_DEF = re.compile(r"^\s*(\w+)\s*=\s*async_compile\.\w+\(", re.MULTILINE)
-_EXTERN = re.compile(r"\bextern_kernels\.(\w+)\(")
-_ATEN = re.compile(r"\btorch\.ops\.(\w+)\.(\w+)(?:\.(\w+))?\(")
-
-
-def wrapper_kernel_calls(code: str) -> list[str]:
-    """Kernel calls of one Inductor output-code module, in the order they appear.
-
-    Counts call sites of the kernels it defines (`name = async_compile.cpp_pybinding(...)` /
-    `.triton(...)`, called as `name(...)` or `name.run(...)`), extern kernels
-    (`extern_kernels.mm(...)`) and ATen fallbacks (`torch.ops.aten.x.default(...)`).  The wrapper is
-    straight-line code, so each call site is one launch.
-    """
-    text = _TRIPLE.sub("''", code)
-    defined = set(_DEF.findall(text))
-    call_re = re.compile(r"\b(" + "|".join(map(re.escape, sorted(defined, key=len, reverse=True))) + r")(?:\.run)?\("
-                         ) if defined else None
-    calls = []
-    for line in text.splitlines():
-        if _DEF.match(line) or line.lstrip().startswith(("def ", "#", "import ", "from ")):
-            continue
-        found = []
-        if call_re is not None:
-            found += [(m.start(), m.group(1)) for m in call_re.finditer(line)]
-        found += [(m.start(), f"extern_kernels.{m.group(1)}") for m in _EXTERN.finditer(line)]
-        found += [(m.start(), ".".join(g for g in m.groups() if g)) for m in _ATEN.finditer(line)]
-        calls += [name for _, name in sorted(found)]
-    return calls
 
 
 def fresh_function(fn):

@@ -85,6 +85,17 @@ COLUMNS: dict[str, str] = {
     "memsets": "Memsets one call issues.",
     "memcpys": "Memcpys one call issues.",
     "kernel_names": "JSON list of the kernels one call launches.",
+    # fusion facts: Inductor's own code (fusebench/fusion/facts.py)
+    "generated_kernels": "Launches per call of the kernels Inductor generated (C++ on the CPU, Triton on a GPU), "
+                         "counted from its output code, over every graph it compiled for the cell: the forward "
+                         "in fwd, forward and backward in fwd_bwd and in bwd (whose forward runs once, outside "
+                         "the timed call).  Inductor cells only.",
+    "extern_kernels": "Launches per call of the library kernels (extern kernels such as mm) and ATen fallbacks in "
+                      "Inductor's output code, counted as generated_kernels is.",
+    "fusion_kernels": "JSON list of the kernels in Inductor's output code: graph (forward, backward, inference), "
+                      "kind (generated, extern, fallback), launches per call, the ATen operators fused into it in "
+                      "order, and its name.  Runs and versions are compared by graph, kind and operators, not "
+                      "by name (Inductor numbers kernels and shortens long names).",
     # memory
     "peak_mem_bytes": "Peak memory allocated during one call beyond what was allocated before it.",
     "footprint_bytes": "Memory allocated during the call beyond inputs and outputs.",
