@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from fusebench.commands import audit, measuring, stores
+from fusebench.commands import audit, check, measuring, stores
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark and test suite for GPU kernel fusion.")
@@ -19,6 +19,7 @@ COMMANDS = (
     ("overhead", stores.overhead), ("report", stores.report), ("compare", stores.compare),
     ("show", measuring.show), ("ceilings", measuring.ceilings), ("runs", stores.runs), ("merge", stores.merge),
     ("paired", measuring.paired_cmd), ("standing", stores.standing_cmd), ("audit", audit.audit),
+    ("check", check.check),
 )
 for name, command in COMMANDS:
     app.command(name)(command)
