@@ -111,10 +111,8 @@ def measure_backend(request: AuditRequest, backend: str, ceilings: dict) -> dict
     row.peak_mem_bytes = peak_memory_bytes(step, device)
     if backend != "eager":
         row.recompiles = _dynamo_counts()["graphs"] - before["graphs"] - row.graphs
-    profiled = profile_step(step, device)
-    kernels = [k for k in profiled if not k.is_copy or device.startswith("cuda")]
+    kernels, row.profiled_us = profile_step(step, device)
     if kernels:
-        row.profiled_us = max(k.end_us for k in kernels) - min(k.start_us for k in kernels)
         row.kernel_time_us = sum(k.time_us for k in kernels)
     row.kernels = len(kernels)
     if not device.startswith("cuda"):

@@ -73,25 +73,41 @@ def _direct_child_index(graph_event, chain: list) -> int | None:
 
 
 def gpu_kernels(prof) -> list[ProfiledKernel]:
-    """The device activities of a profiled GPU step, in start order, with their CPU context."""
+    """The device activities of a profiled GPU step, in start order, with their CPU context.
+
+    The profiler attaches each device kernel to the CPU event that launched it (`event.kernels`);
+    on one stream the n-th kernel of a name on the device is the n-th launch of that name on the
+    host, which gives each device activity its launcher, and through it its ancestors.  Device
+    events that mirror a CPU range (user annotations such as `ProfilerStep*`) are not kernels."""
+    from collections import defaultdict
+
     from torch.autograd import DeviceType
 
     events = list(prof.events())
-    by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    cpu = sorted((e for e in events if e.device_type == DeviceType.CPU), key=lambda e: e.time_range.start)
+    ranges = {e.name for e in cpu}
+    device = sorted((e for e in events if e.device_type == DeviceType.CUDA and e.name not in ranges
+                     and not e.name.startswith("ProfilerStep")), key=lambda e: e.time_range.start)
+    launchers: dict[str, list] = defaultdict(list)
+    for e in cpu:
+        for k in getattr(e, "kernels", None) or ():
+            launchers[k.name].append(e)
+    by_id = {e.id: e for e in cpu}
+    used: dict[str, int] = defaultdict(int)
     out = []
-    for e in events:
-        if e.device_type != DeviceType.CUDA:
-            continue
-        launcher = by_id.get(getattr(e, "linked_correlation_id", 0))
+    for e in device:
+        queue = launchers.get(e.name) or []
+        launcher = queue[used[e.name]] if used[e.name] < len(queue) else None
+        used[e.name] += 1
+        if launcher is None:  # a profiler that links device events by correlation id only
+            launcher = by_id.get(getattr(e, "linked_correlation_id", 0) or -1)
         chain = ([launcher] + _ancestors(launcher)) if launcher is not None else []
         key, kind, graph_event = _graph_of(chain)
-        name = e.name
         out.append(ProfiledKernel(
-            name=name, time_us=float(e.time_range.elapsed_us()), start_us=float(e.time_range.start),
+            name=e.name, time_us=float(e.time_range.elapsed_us()), start_us=float(e.time_range.start),
             end_us=float(e.time_range.end), graph_key=key, graph_kind=kind, op=_nearest_op(chain),
             op_seq=_direct_child_index(graph_event, chain), ancestors=[a.name for a in chain],
-            is_copy=name.startswith(("Memcpy", "Memset"))))
-    out.sort(key=lambda k: k.start_us)
+            is_copy=e.name.startswith(("Memcpy", "Memset"))))
     return out
 
 
@@ -134,29 +150,31 @@ def _step_of(k: ProfiledKernel) -> str | None:
     return next((a for a in k.ancestors if a.startswith("ProfilerStep#")), None)
 
 
-def median_step(kernels: list[ProfiledKernel]) -> list[ProfiledKernel]:
-    """One step's kernels from several profiled steps: where every step ran the same kernels in the
-    same order, each kernel's median time (a step preempted on a busy host does not become the
-    answer); otherwise the last step as it ran."""
+def median_step(kernels: list[ProfiledKernel]) -> tuple[list[ProfiledKernel], float | None]:
+    """One step's kernels from several profiled steps, and the step's span (first kernel's start to
+    last kernel's end, the median over steps).  Where every step ran the same kernels in the same
+    order, each kernel gets its median time (a step preempted on a busy host does not become the
+    answer); otherwise the last step is kept as it ran."""
     import statistics
 
     steps: dict[str, list[ProfiledKernel]] = {}
     for k in kernels:
         steps.setdefault(_step_of(k) or "", []).append(k)
-    runs = [sorted(v, key=lambda k: k.start_us) for v in steps.values()]
-    if len(runs) < 2:
-        return runs[0] if runs else []
-    if len({tuple(k.name for k in r) for r in runs}) != 1:
-        return runs[-1]
+    runs = [sorted(v, key=lambda k: k.start_us) for v in steps.values() if v]
+    if not runs:
+        return [], None
+    span = statistics.median(max(k.end_us for k in r) - min(k.start_us for k in r) for r in runs)
+    if len(runs) < 2 or len({tuple(k.name for k in r) for r in runs}) != 1:
+        return runs[-1], span
     out = []
     for group in zip(*runs):
         mid = sorted(group, key=lambda k: k.time_us)[len(group) // 2]
         out.append(ProfiledKernel(**{**mid.__dict__, "time_us": statistics.median(k.time_us for k in group)}))
-    return out
+    return out, span
 
 
-def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> list[ProfiledKernel]:
-    """Profile `steps` warmed-up steps and return one step's kernels (median_step).  The profiler
+def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> tuple[list[ProfiledKernel], float | None]:
+    """Profile `steps` warmed-up steps and return one step's kernels and span (median_step).  The profiler
     records a step first and discards it (its schedule's warm-up), so that its own start-up costs
     stay out of the kernels' times."""
     import torch
