@@ -65,6 +65,8 @@ class Fusebench:
 
 @pytest.fixture
 def fusebench() -> Fusebench:
+    """fusebench.assert_fused(fn, *inputs, max_kernels=1, min_ceiling=None, mode="fwd", device=None), and
+    fusebench.inspect(fn, *inputs, mode="fwd"): what Inductor made of fn."""
     return Fusebench()
 
 
