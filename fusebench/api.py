@@ -20,7 +20,7 @@ from fusebench.cases import PluginError, load_plugin, plugin_record
 from fusebench.env import best_device, collect
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
-from fusebench.runner import ray_backend
+from fusebench.runner import interpreter, ray_backend
 from fusebench.runner.modes import check_mode, run_mode
 from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
@@ -95,6 +95,7 @@ def run(
     ray: str | None = None,
     ray_gpu_kind: str | None = None,
     mode: str = "fwd",
+    python: str | None = None,
 ) -> pd.DataFrame:
     """Measure cases x implementations x shapes; store every cell; return the run's rows.
 
@@ -116,6 +117,9 @@ def run(
     `mode`: what each cell times: "fwd" (the forward), "bwd" (the backward alone, its forward run
     outside the timed call) or "fwd_bwd" (both); the training modes plan the differentiable cases
     only and check every input's gradient against float64 autograd (fusebench.runner.modes).
+
+    `python`: run the workers under that interpreter (another PyTorch and Triton installed there),
+    recording its versions (fusebench.runner.interpreter); a resume uses the one its run recorded.
     """
     cell_timeout = _check_timeout(cell_timeout)
     gpu_list = _parse_gpus(gpus)
@@ -164,14 +168,15 @@ def run(
             cluster = ray_backend.open_cluster(ray, ray_gpu_kind, request.get("device"), gpus)
         if isolate is None:
             isolate = not _registered_here(cases, impls, [r["path"] for r in records])
+        interp = interpreter.for_run(python, request, seen, isolate=isolate, ray=ray)
         store = Store.open(path)
     except BaseException:
         ray_backend.disconnect(cluster)
         raise
     try:
         if resume is None:
-            run_id = store.start_run(ray_backend.run_env(device) if cluster else collect(device), request,
-                                     timing.as_dict())
+            env = ray_backend.run_env(device) if cluster else interp.env if interp else collect(device)
+            run_id = store.start_run(env, request, timing.as_dict())
         else:
             run_id = resume
             store.claim_run(run_id, seen)
@@ -180,7 +185,7 @@ def run(
         opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=gpu_list,
                           plugins=[r["path"] for r in records], plugin_hashes={r["path"]: r["sha256"] for r in records},
                           metrics=metric_names, db_path=store.path,
-                          worker_log=store.path + ".log" if isolate else None)
+                          worker_log=store.path + ".log" if isolate else None, interpreter=interp)
         status = "interrupted"
         try:
             with Heartbeat(store.path, run_id):

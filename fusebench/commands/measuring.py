@@ -102,6 +102,9 @@ def run(
     mode: str = typer.Option("fwd", help="What each cell times: fwd (the forward) | bwd (the backward alone, "
                                          "its forward run outside the timed call) | fwd_bwd (both).  The training "
                                          "modes run the differentiable cases and check every input's gradient."),
+    python: Optional[str] = typer.Option(None, "--python", help="Run the workers under this Python interpreter "
+                                         "(another PyTorch and Triton installed there; fusebench's dependencies "
+                                         "too): the run records its versions.  A resume uses the run's own."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -159,7 +162,8 @@ def run(
             df = fusebench.run(cases or None, impls=comma_list(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
                                resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
-                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind, mode=mode)
+                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind, mode=mode,
+                               python=python)
         finally:
             if state["task"] is not None:
                 progress.stop()

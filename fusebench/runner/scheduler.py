@@ -38,6 +38,7 @@ from fusebench.cases import shape_str
 from fusebench.env import git_commit
 from fusebench.measure.phases import Phases  # noqa: F401 (registers the phase_s column this process writes)
 from fusebench.measure.timing import TimingSettings
+from fusebench.runner.interpreter import spawning_under
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
 from fusebench.util import first_line
@@ -78,6 +79,8 @@ class RunOptions:
     worker_log: str | None = None  # workers' stdout and stderr go here, not over the progress bar
     # bytes of resident memory after which a worker is replaced (None: half of the machine's memory)
     worker_rss_limit: int | None = field(default_factory=default_rss_limit)
+    # runner/interpreter.Interpreter: workers run under that Python (fusebench run --python); None: this one
+    interpreter: object | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +251,8 @@ class Scheduler:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts, os.getpid()), daemon=True)
-        proc.start()
+        with spawning_under(self.opts.interpreter):
+            proc.start()
         child.close()
         return _Worker(gpu, proc, parent, spawned=time.time(), failures=failures)
 
