@@ -130,7 +130,7 @@ def compare(
     baseline: str = typer.Option("eager", help=BASELINE_HELP + " (within each run)"),
 ):
     """Compare the same cells of two runs (devices, versions, commits): ratio heatmaps and a summary."""
-    from fusebench.report import render_compare
+    from fusebench.report import fusion_diff, render_compare
     from fusebench.store import Store, default_db_path
 
     check_baseline(baseline)
@@ -149,6 +149,7 @@ def compare(
               f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}% "
               f"({result.max_real_regression_pct:.1f}% outside the noise); "
               f"{len(result.new_failures)} cell(s) newly failing", highlight=False, markup=False)
+    fusion_diff.print_changes(result.fusion_changes, out)
     if fail_above is None:
         return
     real = result.real_regressions(fail_above)

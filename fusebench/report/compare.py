@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from fusebench.report import fusion_diff
 from fusebench.report import heatmap as hm
 from fusebench.report.grid import place
 from fusebench.report.judge import change
@@ -44,6 +45,8 @@ class CompareResult:
     # of time(B) / time(A) (change_lo, change_hi), whether it excludes 1 (real) and how it was found
     cells: pd.DataFrame = field(repr=False)
     new_failures: pd.DataFrame = field(repr=False)  # ok in A, not ok in B
+    # cells whose fusion facts (kernels, fused operators, graph breaks) differ: report/fusion_diff.py
+    fusion_changes: list = field(default_factory=list, repr=False)
 
     def regressed(self, pct: float) -> pd.DataFrame:
         """Cells that got slower by more than pct percent, noise or not, worst first."""
@@ -88,6 +91,7 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, base
                 for name in case_order(matched["case_name"])]
     result = _result(matched, out_path, run_a, run_b,
                      only_a=len(keys["A"] - keys["B"]), only_b=len(keys["B"] - keys["A"]))
+    result.fusion_changes = fusion_diff.between(both[both["side"] == "A"], both[both["side"] == "B"])
     html = render_template(
         "compare.html.j2", title=f"fusebench comparison — run {run_a} vs run {run_b}",
         a=_run_label(store_a, run_a, info_a), b=_run_label(store_b, run_b, info_b),
@@ -95,7 +99,7 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, base
         baseline=baseline, real_regressions=_regression_table(result.cells[result.cells["real"].astype(bool)], limit=15),
         regressions=_regression_table(result.cells, limit=15), new_failures=_status_table(result.new_failures),
         fixed=_status_table(matched[~matched["status_a"].isin([OK, "missing"]) & (matched["status_b"] == OK)]),
-        sections=sections, status_legend=status_legend(),
+        sections=sections, status_legend=status_legend(), fusion=fusion_diff.table(result.fusion_changes),
         csv=csv_data_uri(result.cells.drop(columns=PLACE + ["label"])),
     )
     result.out_path = write(out_path, html)
