@@ -29,6 +29,7 @@ class ProfiledKernel:
     op_seq: int | None = None  # which top-level call of that graph launched it (for extern kernels)
     ancestors: list[str] = field(default_factory=list)
     is_copy: bool = False  # a memcpy or memset
+    step: str | None = None  # the profiler step (ProfilerStep#n) it ran in
 
 
 def _ancestors(event) -> list:
@@ -53,11 +54,21 @@ def _graph_of(chain: list) -> tuple[str | None, str | None, object | None]:
     return None, None, None
 
 
-def _nearest_op(chain: list) -> str | None:
-    for e in chain:
-        if e.name.startswith("aten::"):
-            return e.name
-    return None
+def _outer_op(chain: list) -> str | None:
+    """The outermost ATen operator above an event: what the caller (or a compiled graph) called."""
+    ops = [e.name for e in chain if e.name.startswith("aten::")]
+    return ops[-1] if ops else None
+
+
+def _steps(cpu_events) -> list[tuple[float, float, str]]:
+    return sorted((float(e.time_range.start), float(e.time_range.end), e.name) for e in cpu_events
+                  if e.name.startswith("ProfilerStep#"))
+
+
+def _step_at(steps: list[tuple[float, float, str]], t: float) -> str | None:
+    """The profiler step whose CPU range holds time `t` (each step synchronises inside its range,
+    so its device work also lies within it)."""
+    return next((name for start, end, name in steps if start <= t <= end), None)
 
 
 def _direct_child_index(graph_event, chain: list) -> int | None:
@@ -85,9 +96,9 @@ def gpu_kernels(prof) -> list[ProfiledKernel]:
 
     events = list(prof.events())
     cpu = sorted((e for e in events if e.device_type == DeviceType.CPU), key=lambda e: e.time_range.start)
-    ranges = {e.name for e in cpu}
-    device = sorted((e for e in events if e.device_type == DeviceType.CUDA and e.name not in ranges
-                     and not e.name.startswith("ProfilerStep")), key=lambda e: e.time_range.start)
+    steps = _steps(cpu)
+    device = sorted((e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                     and not e.name.startswith(("ProfilerStep", GRAPH_CALL))), key=lambda e: e.time_range.start)
     launchers: dict[str, list] = defaultdict(list)
     for e in cpu:
         for k in getattr(e, "kernels", None) or ():
@@ -105,9 +116,9 @@ def gpu_kernels(prof) -> list[ProfiledKernel]:
         key, kind, graph_event = _graph_of(chain)
         out.append(ProfiledKernel(
             name=e.name, time_us=float(e.time_range.elapsed_us()), start_us=float(e.time_range.start),
-            end_us=float(e.time_range.end), graph_key=key, graph_kind=kind, op=_nearest_op(chain),
+            end_us=float(e.time_range.end), graph_key=key, graph_kind=kind, op=_outer_op(chain),
             op_seq=_direct_child_index(graph_event, chain), ancestors=[a.name for a in chain],
-            is_copy=e.name.startswith(("Memcpy", "Memset"))))
+            is_copy=e.name.startswith(("Memcpy", "Memset")), step=_step_at(steps, float(e.time_range.start))))
     return out
 
 
@@ -115,7 +126,9 @@ def cpu_kernels(prof) -> list[ProfiledKernel]:
     """The "kernels" of a profiled CPU step: generated kernels and the ATen operators a compiled
     graph calls directly, and top-level ATen operators outside any graph; host times."""
     out = []
-    for e in prof.events():
+    events = list(prof.events())
+    steps = _steps(events)
+    for e in events:
         chain = _ancestors(e)
         key, kind, graph_event = _graph_of(chain)
         name = e.name
@@ -138,7 +151,8 @@ def cpu_kernels(prof) -> list[ProfiledKernel]:
             end_us=float(e.time_range.end), graph_key=key, graph_kind=kind,
             op=e.name if e.name.startswith("aten::") else None,
             op_seq=_direct_child_index(graph_event, [e] + chain) if key else None,
-            ancestors=[a.name for a in chain], is_copy=e.name in ("aten::copy_", "aten::fill_", "aten::zero_")))
+            ancestors=[a.name for a in chain], is_copy=e.name in ("aten::copy_", "aten::fill_", "aten::zero_"),
+            step=_step_at(steps, float(e.time_range.start))))
     out.sort(key=lambda k: k.start_us)
     return out
 
@@ -147,7 +161,7 @@ PROFILED_STEPS = 3
 
 
 def _step_of(k: ProfiledKernel) -> str | None:
-    return next((a for a in k.ancestors if a.startswith("ProfilerStep#")), None)
+    return k.step or next((a for a in k.ancestors if a.startswith("ProfilerStep#")), None)
 
 
 def median_step(kernels: list[ProfiledKernel]) -> tuple[list[ProfiledKernel], float | None]:

@@ -6,8 +6,8 @@ from torch.autograd import DeviceType
 from fusebench.audit.profile import gpu_kernels, median_step
 
 
-def _ev(name, start, end, device=DeviceType.CPU, parent=None, kernels=(), id=0):
-    e = SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(start=start, end=end,
+def _ev(name, start, end, device=DeviceType.CPU, parent=None, kernels=(), id=0, annotation=False):
+    e = SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation, time_range=SimpleNamespace(start=start, end=end,
                         elapsed_us=lambda: end - start), cpu_parent=parent, kernels=[SimpleNamespace(name=k) for k in kernels],
                         cpu_children=[], id=id)
     if parent is not None:
@@ -24,9 +24,12 @@ def test_device_kernels_find_their_launcher_and_graph():
     mm_launch = _ev("cudaLaunchKernel", 6, 7, parent=mm, kernels=["nvjet_gemm"])
     acc = _ev("torch::autograd::AccumulateGrad", 91, 95, parent=step)
     add = _ev("aten::add_", 92, 94, parent=acc, kernels=["vectorized_add"])
-    device = [_ev("ProfilerStep*", 0, 100, DeviceType.CUDA), _ev("triton_poi_fused_add_0", 10, 12, DeviceType.CUDA),
+    # Inductor also opens a CPU range named after each Triton kernel it launches
+    _ev("triton_poi_fused_add_0", 3, 4, parent=call)
+    device = [_ev("ProfilerStep*", 0, 100, DeviceType.CUDA, annotation=True),
+              _ev("triton_poi_fused_add_0", 10, 12, DeviceType.CUDA),
               _ev("nvjet_gemm", 13, 20, DeviceType.CUDA), _ev("vectorized_add", 95, 96, DeviceType.CUDA),
-              _ev("## Call CompiledFxGraph None ##", 10, 20, DeviceType.CUDA)]
+              _ev("## Call CompiledFxGraph None ##", 10, 20, DeviceType.CUDA, annotation=True)]
     prof = SimpleNamespace(events=lambda: [step, fn, call, launch, mm, mm_launch, acc, add] + device)
     ks = gpu_kernels(prof)
     assert [k.name for k in ks] == ["triton_poi_fused_add_0", "nvjet_gemm", "vectorized_add"]
@@ -34,6 +37,7 @@ def test_device_kernels_find_their_launcher_and_graph():
     assert triton.graph_kind == "forward" and triton.graph_key and triton.op is None
     assert gemm.op == "aten::mm" and gemm.op_seq == 1 and gemm.graph_key == triton.graph_key
     assert outside.graph_key is None and "torch::autograd::AccumulateGrad" in outside.ancestors
+    assert {k.step for k in ks} == {"ProfilerStep#1"}
 
 
 def test_median_step_takes_each_kernels_median_and_the_span():
