@@ -9,15 +9,22 @@ default metrics, cells in worker processes.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import json
 import math
 import os
+import socket
+import sys
 from typing import Callable, Sequence
 
 import pandas as pd
 
 from fusebench.cases import PluginError, load_plugin, plugin_record
 from fusebench.env import best_device, collect
+from fusebench.measure import accuracy as _accuracy  # noqa: F401 (registers the columns cells carry)
+from fusebench.measure import load as machine_load
+from fusebench.measure import reference as ref_workload
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner import interpreter, ray_backend
@@ -169,6 +176,7 @@ def run(
         if isolate is None:
             isolate = not _registered_here(cases, impls, [r["path"] for r in records])
         interp = interpreter.for_run(python, request, seen, isolate=isolate, ray=ray)
+        timing = _fixed_threads(timing, cluster)
         store = Store.open(path)
     except BaseException:
         ray_backend.disconnect(cluster)
@@ -188,20 +196,104 @@ def run(
                           worker_log=store.path + ".log" if isolate else None, interpreter=interp)
         status = "interrupted"
         try:
-            with Heartbeat(store.path, run_id):
+            watcher = _RunWatch(store, run_id, request.get("device") or device, timing, cluster)
+            watcher.sample("start")
+            with Heartbeat(store.path, run_id), _workers_skip_main():
                 if cluster:
                     ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
                 else:
                     Scheduler(store, run_id, opts, on_cell).run(todo)
+                watcher.sample("end")
             status = "done"
         finally:
             store.finish_run(run_id, status)
-        df = store.cells(run_id)
-        df.attrs.update(run_id=run_id, db=store.path, not_planned=skipped, mode=run_mode(request))
+        df = _with_run(store, run_id)
+        df.attrs.update(not_planned=skipped, mode=run_mode(request))
         return df
     finally:
         store.close()
         ray_backend.disconnect(cluster)
+
+
+def _fixed_threads(timing: TimingSettings, cluster) -> TimingSettings:
+    """The run's timing settings with torch's thread count fixed: as asked, else this process's
+    count; one per Ray actor on a CPU cluster (an actor holds one CPU, and its neighbours run)."""
+    import dataclasses
+
+    if timing.threads:
+        return timing
+    threads = 1 if cluster is not None and cluster.device == "cpu" else machine_load.default_threads()
+    return dataclasses.replace(timing, threads=threads)
+
+
+class _RunWatch:
+    """Samples the machine's load and times the reference workload at a run's start and end,
+    appending to what the run holds already (a resumed run adds its own samples)."""
+
+    def __init__(self, store: Store, run_id: int, device: str, timing: TimingSettings, cluster):
+        self.store, self.run_id, self.device, self.timing = store, run_id, device, timing
+        info = store.run_info(run_id)
+        self.load = _json_dict(info.get("load")) or {"host": socket.gethostname(), "samples": []}
+        self.reference = _json_dict(info.get("reference")) or ref_workload.new_record(device, timing)
+        if cluster is not None:  # the actors, perhaps on other hosts, measure the cells
+            self.reference["not_available"] = ("the cells ran on Ray actors: the reference workload is timed "
+                                               "only where this process measures the cells")
+        self.cluster = cluster
+
+    def sample(self, at: str) -> None:
+        self.load.setdefault("samples", []).append({"at": at, **machine_load.sample()})
+        if self.cluster is None:
+            try:
+                self.reference.setdefault("samples", []).append(ref_workload.measure(self.device, self.timing, at))
+            except Exception as exc:  # the run goes on; compare then says why it cannot normalise
+                self.reference["not_available"] = f"timing the reference workload failed: {first_line(exc)}"
+        with self.store.con:
+            self.store.con.execute("UPDATE runs SET load=?, reference=? WHERE id=?",
+                                   (json.dumps(self.load), json.dumps(self.reference), self.run_id))
+
+
+def _json_dict(text) -> dict | None:
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@contextlib.contextmanager
+def _workers_skip_main():
+    """While a run's worker processes start, they do not run the caller's main module again.
+
+    A spawned process imports the parent's __main__ (as __mp_main__) so that objects defined there
+    can be unpickled; a script that calls fusebench.run() at its top level, without an
+    `if __name__ == "__main__":` guard, would then start the run again inside every worker.
+    Workers need nothing from __main__ (a case or implementation registered there runs in this
+    process, see _registered_here), so __main__ is presented to multiprocessing as a module it
+    must leave alone for the run's duration."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    had, spec = hasattr(main, "__spec__"), getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if had:
+            main.__spec__ = spec
+        else:
+            del main.__spec__
+
+
+def _with_run(store: Store, run_id: int) -> pd.DataFrame:
+    """A run's rows as results() returns them: each with the run's identity, and in attrs the run,
+    the store and the warnings about the machine's load while it measured."""
+    from fusebench.report.export import with_run_columns
+
+    info = store.run_info(run_id)
+    df = with_run_columns(store.cells(run_id), info)
+    df.attrs.update(run_id=run_id, db=store.path, warnings=machine_load.run_warnings(info.get("load"), df))
+    return df
 
 
 def _check_timeout(seconds) -> float:
@@ -305,15 +397,11 @@ def results(run_id: int | None = None, db: str | None = None, raw: bool = False)
     """The rows of one run (default: the latest) as a DataFrame, each with the run's identity (run
     id, device, torch, Triton, commit) and a numeric column per shape axis (docs/columns.md).
     `raw=True`: the stored rows alone."""
-    from fusebench.report.export import with_run_columns
-
     store = Store.open(db or default_db_path(), create=False)
     try:
-        rows = store.cells(run_id)
         if raw:
-            return rows
-        return with_run_columns(rows, store.run_info(int(rows["run_id"].iloc[0]) if len(rows) else
-                                                     (run_id or store.latest_run())))
+            return store.cells(run_id)
+        return _with_run(store, store.latest_run() if run_id is None else run_id)
     finally:
         store.close()
 

@@ -70,6 +70,15 @@ def collect(device: str) -> dict:
         "fusebench_version": fusebench.__version__,
         "git_commit": git_commit(),
         "torch": torch.__version__,
+def precision_settings() -> dict:
+    """PyTorch's fp32 precision switches in this process: whether fp32 GEMMs (cuBLAS) and cuDNN's
+    convolutions may run in TF32, and torch.get_float32_matmul_precision().  The accuracy check
+    reads them per cell (measure/accuracy.py); a run records them as they were when it started."""
+    from fusebench.measure.accuracy import tf32_switches
+
+    return tf32_switches()
+
+
         "triton": triton_version,
         "cuda": torch.version.cuda,
         "hostname": socket.gethostname(),
@@ -89,4 +98,5 @@ def collect(device: str) -> dict:
             env["clocks"] = dict(zip(keys, [c.strip() for c in clocks.split(",")]))
     else:
         env.update(device_name=platform.processor() or platform.machine(), device_count=os.cpu_count(), driver=None)
+        "precision": json.dumps(precision_settings(), sort_keys=True),
     return env

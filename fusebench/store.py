@@ -57,6 +57,9 @@ RUN_COLUMNS = {
     # run whose owner is alive on this host or whose heartbeat is recent.
     "owner_pid": "INTEGER",
     "owner_host": "TEXT",
+    "precision": "TEXT",  # JSON: PyTorch's fp32 precision switches (TF32 of matmul and cuDNN)
+    "reference": "TEXT",  # JSON: the reference workload timed at the start and end (measure/reference.py)
+    "load": "TEXT",  # JSON: the machine's load at the start and end (measure/load.py)
     "heartbeat": "REAL",
 }
 

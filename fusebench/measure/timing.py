@@ -81,6 +81,9 @@ class TimingSettings:
     # of torch.utils.benchmark's adaptive_autorange), or until host_max_ms is spent.
     stable_spread: float = 0.10
     host_max_ms: float = 250.0
+    # torch's intra-op threads every cell of the run uses, in whichever process measures it
+    # (measure.load); None: the process's own count.  A run fixes it when it starts.
+    threads: int | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

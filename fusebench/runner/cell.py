@@ -15,7 +15,9 @@ import torch
 
 from fusebench.cases import DTYPES, get_case, shape_str
 from fusebench.impls import get_impl
-from fusebench.measure.accuracy import compare
+from fusebench.measure.accuracy import (BASELINE_ERROR_FACTOR, Tolerance, compare, error_vs_baseline, heavy_ops,
+                                        tolerance_policy)
+from fusebench.measure.load import apply_threads, watch
 from fusebench.measure.phases import Phases
 from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call
 from fusebench.metrics import MetricContext, get_metric
@@ -103,9 +105,12 @@ class CellData:
         self.inputs: dict[int, tuple] = {}
         self.references: dict[int, object] = {}
         self.made = {"inputs": 0, "reference": 0}
+        self.ops: frozenset[str] | None = None  # heavy_ops of the case's function (fp32 cells)
+        self.eager_error: float | None = None  # eager's worst relative error at this key
 
     def clear(self) -> None:
         self.key, self.inputs, self.references = None, {}, {}
+        self.ops, self.eager_error = None, None
 
     def _use(self, key: tuple) -> None:
         # A case registered again under its name (a reloaded plugin) is another key: the key holds
@@ -129,6 +134,13 @@ class CellData:
         if _clone_keeps_layout(args) and self._fits(args):
             self.inputs[seed] = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         return args
+
+    def heavy_ops(self, key: tuple, case, args: tuple) -> frozenset[str]:
+        """Whether the case's function computes GEMMs or convolutions (once per key)."""
+        self._use(key)
+        if self.ops is None:
+            self.ops = heavy_ops(case.fn, args)
+        return self.ops
 
     def reference(self, key: tuple, case, args: tuple, seed: int):
         """case.run_reference(args) for the seed's inputs `args` (or the case's sample of them)."""
@@ -187,6 +199,7 @@ def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple
                dtype=cell.dtype, device=cell.device, mode=cell.mode, started=now(), seeds=0, status="error")
     notes: list[str] = []
     ph = Phases()
+    row["threads"] = apply_threads(timing.threads)
     try:
         _measure(cell, timing, seeds, row, notes, metrics, db_path, keep, ph)
     except Exception as exc:  # the cell failed; record why and move on
@@ -206,6 +219,20 @@ def measure_cell(cell: Cell, timing: TimingSettings, seeds=SEEDS, metrics: tuple
     row["seconds"] = round(time.perf_counter() - t0, 3)
     row["phase_s"] = ph.column()
     return row
+
+
+def dtype_that_runs(cell: Cell) -> str:
+    """The dtype a planned cell runs in, for progress lines: its own, or "bf16 as fp32" where the CPU
+    runs a half-precision request of a half-precision case in fp32 (as _admit does)."""
+    try:
+        case = get_case(cell.case)
+    except Exception:  # a case this process does not know: the request as it stands
+        return cell.dtype
+    if cell.device == "cpu" and case.default_dtype in (torch.float16, torch.bfloat16):
+        ran, _ = cpu_dtype(DTYPES[cell.dtype])
+        if ran != DTYPES[cell.dtype]:
+            return f"{cell.dtype} as fp32"
+    return cell.dtype
 
 
 def _admit(cell: Cell, row: dict, notes: list[str]):
@@ -261,100 +288,170 @@ def _measure(cell: Cell, timing: TimingSettings, seeds, row: dict, notes: list[s
         prepared = impl.prepare(case, shape, dtype, device)
     notes.append(prepared.note)
     note_at = len(notes) - 1
-    atol, rtol = case.tolerance(dtype)
-    row.update(atol=atol, rtol=rtol)
     # What one call is in this mode; a ceiling is timed as it is, with the mode's bytes.
     ceiling = impl.kind == "ceiling"
     # Our kernels' autograd.Function only where something is differentiated: a forward call
     # through it pays autograd's bookkeeping that an inference caller does not.
     forward = prepared.train_fn if mode != "fwd" and not ceiling and prepared.train_fn else prepared.fn
     call_of = ModeCall(forward, case, "fwd" if ceiling else mode)
+    tol = Tolerance(*case.tolerance(dtype), grad=case.grad_tolerance(dtype), kind=row["dtype"])
+    if not prepared.accuracy_available:
+        with ph("setup"):
+            ops = CELL_DATA.heavy_ops(data_key, case, inputs(seeds[0])) if dtype == torch.float32 else frozenset()
+            tol = tolerance_policy(case.tolerance(dtype), case.grad_tolerance(dtype), dtype, device, ops,
+                                   prepared.note)
+        notes.append(tol.note)
+        row["tolerance"] = tol.kind
+    row.update(atol=tol.atol, rtol=tol.rtol)
 
     with prepared.context(), torch.no_grad(), retained_graph_context(call_of.mode):
         # --- accuracy, several seeds; the first call also compiles / autotunes -----------------
-        worst = None
+        worst, rel = None, None
         args = None  # seed 0's inputs where the timing may use them as they are
         if prepared.accuracy_available:  # a ceiling, not the case: warm up only, say why unchecked
             args = inputs(seeds[0])
             with ph(f"seed{seeds[0]}"):
                 call_of(*args)
             row["na"] = {"accuracy": prepared.accuracy_available}
-        for seed in () if prepared.accuracy_available else seeds:
-            seed_args = inputs(seed)
-            # A training mode's reference is computed before the implementation runs, or on a
-            # copy of the inputs: an implementation may write over its inputs (Liger's
-            # cross-entropy stores the gradient in the logits).
-            ref = None
+        else:
             try:
-                with ph(f"seed{seed}"):
-                    if call_of.mode == "fwd":
-                        out = call_of.checked(seed_args, seed)
-                    else:  # the float64 reference runs inside this phase
-                        out, ref = call_of.checked_and_reference(seed_args, seed)
+                worst, rel = _accuracy(call_of, case, shape, dtype, device, seeds, data_key, tol, inputs, ph, row)
             except RuntimeError as exc:
                 if "No available kernel" in str(exc):  # SDPA backend refused these inputs
                     row.update(status="unsupported", reason=first_line(exc))
                     return
                 raise
-            if call_of.mode == "fwd":
-                with ph("reference"):
-                    # The reference runs on the seed's own inputs, not on seed_args, which the
-                    # implementation may have written over: the kept ones, or made again (seeded,
-                    # so the same); or on the case's sample of them.
-                    kept = CELL_DATA.inputs.get(seed) if CELL_DATA.key == data_key else None
-                    if kept is None:
-                        del seed_args
-                        seed_args = kept = case.make_inputs(shape, dtype, device, seed)
-                    ref_args = kept
-                    if case.reference_subset is not None:
-                        ref_args, out = case.reference_subset(ref_args, out)
-                    ref = CELL_DATA.reference(data_key, case, ref_args, seed)
-                with ph("compare"):
-                    acc = compare(out, ref, atol, rtol)
-            else:
-                with ph("compare"):
-                    acc = compare_training(out, ref, (atol, rtol), case.grad_tolerance(dtype), case.grad_inputs)
-            del out, seed_args, ref
-            worst = acc if worst is None else worst.worst(acc)
-            row["seeds"] += 1
         notes[note_at] = prepared.note_after() or notes[note_at]
         if case.reference_subset is not None and worst is not None:
             notes.append("accuracy checked on a sample of the output")
         if worst is not None:
             row.update(max_abs_err=worst.max_abs_err, max_rel_err=worst.max_rel_err, tol_ratio=worst.tol_ratio)
         row.update(prepared.check())
-        if worst is not None and not worst.passed:
+        mismatch = worst is not None and not worst.passed
+        if mismatch:
             row.update(status="mismatch", reason=worst.detail or
-                       f"error {worst.tol_ratio:.3g}x the tolerance (atol {atol:g}*max|ref|, rtol {rtol:g})")
-            return
+                       f"error {worst.tol_ratio:.3g}x the tolerance (atol {tol.atol:g}*max|ref|, rtol {tol.rtol:g})")
+    if worst is not None:
+        _against_eager(cell, impl, case, shape, dtype, device, seeds, data_key, tol, inputs, ph, row, notes, rel)
 
-        # --- timing, only for cells that computed the right thing ----------------------------------
+    with prepared.context(), torch.no_grad(), retained_graph_context(call_of.mode):
+        # --- timing: a wrong cell is timed too and stays `mismatch` (both verdicts are shown) ---
         if prepared.timing_available:
-            row.update(status="ok", na={"time": prepared.timing_available})
+            row.update(status="mismatch" if mismatch else "ok", na={**(row.get("na") or {}),
+                                                                     "time": prepared.timing_available})
             return
         if args is None:  # the checked calls may have written over theirs
             args = inputs(seeds[0])
-        call_of.prime(args)  # bwd: the forward and its saved tensors, outside the timed call
-        call = lambda: call_of(*args)  # noqa: E731
-        with ph("warm_call"):
-            warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
-                              call=ModeCall(forward, case, call_of.mode))
+        if not mismatch:
+            _time(call_of, case, prepared, forward, args, shape, dtype, device, timing, row, notes, metrics,
+                  db_path, keep, impl, mode, ph)
+            row["status"] = "ok"
+            return
+        try:
+            _time(call_of, case, prepared, forward, args, shape, dtype, device, timing, row, notes, (), db_path,
+                  None, impl, mode, ph)
+        except Exception as exc:  # the wrong answer is the cell's verdict; its time is extra
+            if is_oom(exc):
+                free_memory(device)
+            row["na"] = {**(row.get("na") or {}), "time": f"timing the mismatched cell failed: {first_line(exc)}"}
+        row["status"] = "mismatch"
+
+
+def _accuracy(call_of: ModeCall, case, shape, dtype, device, seeds, data_key, tol: Tolerance, inputs, ph: Phases,
+              row: dict | None = None):
+    """Check `call_of` against the float64 reference on each seed: (the worst Accuracy, the largest
+    relative error over the seeds).  `row["seeds"]` counts the seeds checked."""
+    worst, rel = None, 0.0
+    for seed in seeds:
+        seed_args = inputs(seed)
+        # A training mode's reference is computed before the implementation runs, or on a
+        # copy of the inputs: an implementation may write over its inputs (Liger's
+        # cross-entropy stores the gradient in the logits).
+        ref = None
+        with ph(f"seed{seed}"):
+            if call_of.mode == "fwd":
+                out = call_of.checked(seed_args, seed)
+            else:  # the float64 reference runs inside this phase
+                out, ref = call_of.checked_and_reference(seed_args, seed)
+        if call_of.mode == "fwd":
+            with ph("reference"):
+                # The reference runs on the seed's own inputs, not on seed_args, which the
+                # implementation may have written over: the kept ones, or made again (seeded,
+                # so the same); or on the case's sample of them.
+                kept = CELL_DATA.inputs.get(seed) if CELL_DATA.key == data_key else None
+                if kept is None:
+                    del seed_args
+                    seed_args = kept = case.make_inputs(shape, dtype, device, seed)
+                ref_args = kept
+                if case.reference_subset is not None:
+                    ref_args, out = case.reference_subset(ref_args, out)
+                ref = CELL_DATA.reference(data_key, case, ref_args, seed)
+            with ph("compare"):
+                acc = compare(out, ref, tol.atol, tol.rtol)
+        else:
+            with ph("compare"):
+                acc = compare_training(out, ref, (tol.atol, tol.rtol), tol.grad, case.grad_inputs)
+        del out, seed_args, ref
+        worst = acc if worst is None else worst.worst(acc)
+        rel = max(rel, acc.max_rel_err)
+        if row is not None:
+            row["seeds"] += 1
+    return worst, rel
+
+
+def _against_eager(cell: Cell, impl, case, shape, dtype, device, seeds, data_key, tol: Tolerance, inputs,
+                   ph: Phases, row: dict, notes: list[str], rel: float) -> None:
+    """err_vs_eager: the cell's worst relative error over eager's on the same inputs, eager's own
+    error measured once per shape (by the eager cell, or here on the first other cell)."""
+    if impl.name == "eager":
+        CELL_DATA.eager_error = rel
+        row["err_vs_eager"] = 1.0
+        return
+    elif CELL_DATA.key != data_key or CELL_DATA.eager_error is None:
+        try:
+            with ph("eager_error"):
+                eager = get_impl("eager").prepare(case, shape, dtype, device)
+                with eager.context(), torch.no_grad(), retained_graph_context(cell.mode):
+                    _, eager_rel = _accuracy(ModeCall(eager.fn, case, cell.mode), case, shape, dtype, device,
+                                             seeds, data_key, tol, inputs, ph)
+            CELL_DATA.eager_error = eager_rel
+        except Exception as exc:
+            if is_oom(exc):
+                free_memory(device)
+            row["na"] = {**(row.get("na") or {}), "err_vs_eager": f"eager's own error: {first_line(exc)}"}
+            return
+    ratio = error_vs_baseline(rel, CELL_DATA.eager_error, dtype)
+    row["err_vs_eager"] = ratio
+    if ratio is not None and ratio > BASELINE_ERROR_FACTOR:
+        notes.append(f"error {ratio:.3g}x eager's on the same inputs (more than {BASELINE_ERROR_FACTOR:g}x: "
+                     f"less accurate than eager)")
+
+
+def _time(call_of: ModeCall, case, prepared, forward, args, shape, dtype, device, timing: TimingSettings,
+          row: dict, notes: list[str], metrics, db_path, keep, impl, mode: str, ph: Phases) -> None:
+    """Time the call (and the other metric families); the machine's load is watched meanwhile."""
+    call_of.prime(args)  # bwd: the forward and its saved tensors, outside the timed call
+    call = lambda: call_of(*args)  # noqa: E731
+    with ph("warm_call"):
+        warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
+                          call=ModeCall(forward, case, call_of.mode))
+    with watch(row.get("threads") or torch.get_num_threads()) as seen:
         with ph("timing"):
             stats = time_call(call, device, timing, warm=warm)
         row.update(stats.columns())
         with ph("wall_time"):
             row["wall_time_us"] = wall_time(call, device, wall_reps(stats, timing))
-        row.update(prepared.check())  # a recompile during timing fails the cell
-        if row["min_bytes"]:
-            row["gbps"] = row["min_bytes"] / stats.median_us / 1e3
-        if row["flops"]:
-            row["tflops"] = row["flops"] / stats.median_us / 1e6
-        row["status"] = "ok"
-        ctx = MetricContext(case, impl, dataclasses.replace(prepared, fn=call_of), args, shape, dtype, device, row,
-                            db_path, extra={"timing": timing})
-        _other_metrics(metrics, ctx, row, notes, mode, ph)
-        if keep is not None:
-            keep["ctx"] = ctx
+    row.update(seen.columns())
+    row.update(prepared.check())  # a recompile during timing fails the cell
+    if row["min_bytes"]:
+        row["gbps"] = row["min_bytes"] / stats.median_us / 1e3
+    if row["flops"]:
+        row["tflops"] = row["flops"] / stats.median_us / 1e6
+    ctx = MetricContext(case, impl, dataclasses.replace(prepared, fn=call_of), args, shape, dtype, device, row,
+                        db_path, extra={"timing": timing})
+    _other_metrics(metrics, ctx, row, notes, mode, ph)
+    if keep is not None:
+        keep["ctx"] = ctx
 
 
 def compare_training(out, ref, tol: tuple[float, float], grad_tol: tuple[float, float], grad_inputs):
