@@ -120,45 +120,82 @@ def report(
 
 @bad_input_is_exit_2
 def compare(
-    run_a: int = typer.Argument(..., help="The baseline run."),
-    run_b: int = typer.Argument(..., help="The run compared with it."),
+    run_a: Optional[int] = typer.Argument(None, help="The baseline run (A)."),
+    run_b: Optional[int] = typer.Argument(None, help="The run compared with it (B)."),
+    latest: bool = typer.Option(False, "--latest", help="Compare the store's last two runs (A: the one before "
+                                                        "the last); give no run ids with it."),
     db: Optional[str] = typer.Option(None, help="Results database holding run A (and B)."),
     db_b: Optional[str] = typer.Option(None, help="Results database holding run B, if another."),
-    output: str = typer.Option("compare.html", "-o", "--output", help="HTML file to write."),
+    format: str = typer.Option("table", "--format", help="What stdout gets: table (the terminal) | json (for "
+                                                         "machines) | markdown (a pull-request comment)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Also write the HTML page (heatmaps, "
+                                                                      "every table) to this file."),
     fail_above: Optional[float] = typer.Option(None, help="Exit 1 if any cell got slower by more than PCT % "
-                                                          "outside the noise of its repetitions, or newly fails."),
+                                                          "outside the noise, or newly fails."),
+    min_change: float = typer.Option(3.0, "--min-change", metavar="PCT", help="Changes smaller than PCT % are "
+                                     "not called regressions or improvements, however sure."),
+    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="Divide run B's times by the ratio of "
+                                   "the two runs' reference workloads (same device only)."),
     baseline: str = typer.Option("eager", help=BASELINE_HELP + " (within each run)"),
 ):
-    """Compare the same cells of two runs (devices, versions, commits): ratio heatmaps and a summary."""
-    from fusebench.report import fusion_diff, render_compare
+    """Compare the same cells of two runs (devices, versions, commits) and judge the changes.
+
+    Run B's times are normalised by the two runs' reference workloads (a machine slower as a whole
+    is not slower code); a run whose machine changed speed while it measured is not judged.
+    Exit status: 0 passed (or no --fail-above), 1 a regression above --fail-above outside the noise
+    or a newly failing cell, 2 bad input, 3 not judged (a run's machine changed speed)."""
+    from fusebench.report import fusion_diff
+    from fusebench.report.compare import compare_runs, render_compare
+    from fusebench.report.compare_text import FORMATS, markdown, print_table, to_json, verdict
     from fusebench.store import Store, default_db_path
 
     check_baseline(baseline)
     store_a = Store.open(db or default_db_path(), create=False)
     store_b = Store.open(db_b, create=False) if db_b else store_a
     try:
-        if audit_hooks.compare_hook(store_a, run_a, store_b, run_b, output, fail_above):  # two audits
-            return
-        result = render_compare(store_a, run_a, store_b, run_b, output, baseline=baseline)
+        if latest:
+            ids = [int(r[0]) for r in store_a.con.execute("SELECT id FROM runs ORDER BY id DESC LIMIT 2")]
+            if len(ids) < 2:
+                fail(f"--latest: {store_a.path} holds {len(ids)} run(s); two are needed")
+            run_b, run_a = ids
+        if audit_hooks.compare_hook(store_a, run_a, store_b, run_b, output or "compare.html", fail_above):
+            return  # two audits
+        result = compare_runs(store_a, run_a, store_b, run_b, baseline, min_change, normalize)
+        if output:
+            render_compare(store_a, run_a, store_b, run_b, output, result=result)
     finally:
         store_a.close()
         if store_b is not store_a:
             store_b.close()
-    geo = f"{result.geomean_speedup:.3f}×" if result.geomean_speedup else "n/a"
-    out.print(f"wrote {plain(result.out_path)}: {result.matched} cells timed in both runs, geomean speedup of run "
-              f"{run_b} over run {run_a} {geo}, worst regression {result.max_regression_pct:.1f}% "
-              f"({result.max_real_regression_pct:.1f}% outside the noise); "
-              f"{len(result.new_failures)} cell(s) newly failing", highlight=False, markup=False)
-    fusion_diff.print_changes(result.fusion_changes, out)
+    code, line = verdict(result, fail_above)
+    if format == "json":
+        import json
+
+        print(json.dumps(to_json(result, fail_above), indent=1, default=str))
+    elif format == "markdown":
+        print(markdown(result, fail_above), end="")
+    else:
+        print_table(result, out, fail_above)
+        fusion_diff.print_changes(result.fusion_changes, out)
+    if output:
+        (out if format == "table" else err).print(f"wrote {plain(result.out_path)}", highlight=False, markup=False)
     if fail_above is None:
         return
     real = result.real_regressions(fail_above)
     within = len(result.regressed(fail_above)) - len(real)
     if within:
         err.print(f"--fail-above {fail_above:g}: {within} cell(s) slower by more than {fail_above:g}% but within "
-                  f"the noise of their repetitions (not counted)", highlight=False)
-    # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
-    if len(real) or len(result.new_failures):
+                  f"the noise or under --min-change {min_change:g} (not counted)", highlight=False)
+    if code == 1:
+        # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
+    if format not in FORMATS:
+        fail(f"unknown --format {format!r}; choose {', '.join(FORMATS)}")
+    if latest and (run_a is not None or run_b is not None or db_b):
+        fail("--latest compares the last two runs of one store: give no run ids and no --db-b with it")
+    if not latest and (run_a is None or run_b is None):
+        fail("give two runs, RUN_A RUN_B, or --latest for the store's last two")
+    if fail_above is not None and not fail_above >= 0:
+        fail(f"--fail-above must be at least 0, got {fail_above:g}")
         for r in real.itertuples():
             err.print(f"  regressed {r.regression_pct:.1f}% (B / A within {r.change_lo:.3f}-{r.change_hi:.3f}): "
                       f"{plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
@@ -166,9 +203,9 @@ def compare(
         for r in result.new_failures.itertuples():
             err.print(f"  newly failing: {plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
                       markup=False, highlight=False)
-        err.print(f"--fail-above {fail_above:g}: {len(real)} cell(s) regressed outside the noise, "
-                  f"{len(result.new_failures)} newly failing", highlight=False)
-        raise typer.Exit(1)
+    if code:
+        err.print(plain(line), highlight=False, markup=False)
+        raise typer.Exit(code)
 
 
 @bad_input_is_exit_2

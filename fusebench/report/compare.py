@@ -2,10 +2,14 @@
 
 Run A is the reference and run B the one judged: each heatmap shows time(A) / time(B), so that
 above 1 B is faster, as in the run report's speedups.  A cell *regressed* by
-(time(B) / time(A) - 1) x 100 percent.  A change is *real* only when it is outside the noise: a
-bootstrap interval of time(B) / time(A), resampled from both cells' stored repetitions, excludes 1
-and the change exceeds the cells' own spread (report.judge; rows without repetitions: their
-q20-q80 ranges do not overlap).
+(time(B) / time(A) - 1) x 100 percent.  Two runs of one device are compared through their
+reference workloads: B's times are divided by the ratio of the runs' reference times, so that a
+machine that ran slower as a whole (a busy host, a throttled CPU) is not taken for slower code
+(report.judge.normalization); a run whose machine changed speed while it measured is not judged
+(`refused`).  A change is *real* only when it is outside the noise -- a bootstrap interval of
+time(B) / time(A), resampled from both cells' stored repetitions and widened by the references'
+range, excludes 1 and the change exceeds the cells' own spread (report.judge; rows without
+repetitions: their q20-q80 ranges do not overlap) -- and when it is at least `min_change` percent.
 `CompareResult.real_regressions(PCT)` are the cells `fusebench compare --fail-above PCT` fails on.
 Per case, each implementation's speedup over the baseline (default eager) in A and in B.
 """
@@ -18,7 +22,7 @@ import pandas as pd
 from fusebench.report import fusion_diff
 from fusebench.report import heatmap as hm
 from fusebench.report.grid import place
-from fusebench.report.judge import change
+from fusebench.report.judge import NOT_NORMALISED, Normalization, change, normalization
 from fusebench.report.html import case_meta, case_order, render_template, status_legend, write
 from fusebench.report.tables import (
     OK, PLACE, Cell, Table, csv_data_uri, num, panel_figures, ratio_frame, shape_ratio, speedup_cell, summarize,
@@ -26,7 +30,10 @@ from fusebench.report.tables import (
 
 KEY = ["case_name", "impl", "dtype", "shape"]
 ENV_KEYS = ["device_name", "device", "device_count", "torch", "triton", "cuda", "driver", "python",
-            "platform", "hostname", "git_commit", "fusebench_version", "started", "status", "timing", "clocks"]
+            "platform", "hostname", "git_commit", "fusebench_version", "started", "status", "timing", "clocks",
+            "precision"]
+# Below this change (percent) no cell is called a regression or an improvement, however sure.
+MIN_CHANGE_PCT = 3.0
 
 
 @dataclass
@@ -47,6 +54,15 @@ class CompareResult:
     new_failures: pd.DataFrame = field(repr=False)  # ok in A, not ok in B
     # cells whose fusion facts (kernels, fused operators, graph breaks) differ: report/fusion_diff.py
     fusion_changes: list = field(default_factory=list, repr=False)
+    normalization: Normalization = NOT_NORMALISED  # how B's times were scaled
+    refused: str | None = None  # why the runs cannot be judged (the machine changed speed in one)
+    notes: list[str] = field(default_factory=list)  # what the reader must know (no reference, ...)
+    min_change_pct: float = MIN_CHANGE_PCT
+    geomean_as_measured: float | None = None  # geomean_speedup before B's times were normalised
+    labels: dict = field(default_factory=dict)  # {"A": {...}, "B": {...}}: run, store, what
+    # the rest of the page: each case's section, the runs' environments, cells fixed in B
+    sections: list = field(default_factory=list, repr=False)
+    context: dict = field(default_factory=dict, repr=False)
 
     def regressed(self, pct: float) -> pd.DataFrame:
         """Cells that got slower by more than pct percent, noise or not, worst first."""
@@ -64,14 +80,19 @@ class CompareResult:
         return float(real["regression_pct"].max()) if len(real) else 0.0
 
 
-def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, baseline: str = "eager") -> CompareResult:
-    """Write the comparison page of run B against run A (the two may share one store)."""
+def compare_runs(store_a, run_a: int, store_b, run_b: int, baseline: str = "eager",
+                 min_change_pct: float = MIN_CHANGE_PCT, normalize: bool = True) -> CompareResult:
+    """Match the cells of run B against run A's (the two may share one store) and judge them."""
     info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
     from fusebench.runner.modes import mode_of_run
 
     mode_a, mode_b = mode_of_run(info_a), mode_of_run(info_b)
     if mode_a != mode_b:  # a backward's time is no regression of a forward's
         raise ValueError(f"run {run_a} measured {mode_a} and run {run_b} {mode_b}: only runs of one mode compare")
+    if not min_change_pct >= 0:
+        raise ValueError(f"--min-change must be at least 0, got {min_change_pct:g}")
+    norm, refused, notes = normalization({**info_a, "id": run_a}, {**info_b, "id": run_b}, min_change_pct / 100,
+                                         normalize)
     both, layouts = place(pd.concat([store_a.cells(run_a).assign(side="A"),
                                      store_b.cells(run_b).assign(side="B")], ignore_index=True))
     keys = {side: set(map(tuple, both.loc[both["side"] == side, KEY].values)) for side in ("A", "B")}
@@ -83,23 +104,45 @@ def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, base
         frames.append(frame.assign(case_name=case, impl=impl))
     matched = _with_times(pd.concat(frames, ignore_index=True), both) if frames else _empty()
     matched = matched.rename(columns={"status_t": "status_a"})  # ratio_frame's top side is run A
+    matched["raw_ratio"] = matched["ratio"]
+    matched["ratio"] = matched["raw_ratio"] * norm.factor  # time(A) / (time(B) / factor)
     matched["regression_pct"] = (1.0 / matched["ratio"] - 1.0) * 100.0
-    matched = _with_noise(matched, both)
+    matched = _with_noise(matched, both, norm, min_change_pct / 100)
 
     sections = [_case_section(name, matched[matched["case_name"] == name], layouts.get(name),
                               both[both["case_name"] == name], baseline)
                 for name in case_order(matched["case_name"])]
-    result = _result(matched, out_path, run_a, run_b,
-                     only_a=len(keys["A"] - keys["B"]), only_b=len(keys["B"] - keys["A"]))
+    result = _result(matched, "", run_a, run_b, only_a=len(keys["A"] - keys["B"]),
+                     only_b=len(keys["B"] - keys["A"]))
+    loaded = int(both.get("under_load", pd.Series(dtype=float)).fillna(0).gt(0).sum())
+    if loaded:
+        notes.append(f"{loaded} of the cells were measured while the CPU was busy (flagged under load): "
+                     f"their changes are less certain than their intervals say")
+    result.normalization, result.refused, result.notes = norm, refused, notes
     result.fusion_changes = fusion_diff.between(both[both["side"] == "A"], both[both["side"] == "B"])
+    result.min_change_pct, result.sections = min_change_pct, sections
+    result.labels = {"A": _run_label(store_a, run_a, info_a), "B": _run_label(store_b, run_b, info_b)}
+    result.context = dict(environment=_environment_table(info_a, info_b), baseline=baseline,
+                          fixed=matched[~matched["status_a"].isin([OK, "missing"]) & (matched["status_b"] == OK)])
+    return result
+
+
+def render_compare(store_a, run_a: int, store_b, run_b: int, out_path: str, baseline: str = "eager",
+                   min_change_pct: float = MIN_CHANGE_PCT, normalize: bool = True,
+                   result: CompareResult | None = None) -> CompareResult:
+    """Write the comparison page of run B against run A (the two may share one store); `result`:
+    compare_runs' answer, if already computed."""
+    result = result or compare_runs(store_a, run_a, store_b, run_b, baseline, min_change_pct, normalize)
+    for section in result.sections:
+        _draw(section, result.normalization.applied)
+    real = result.cells[result.cells["real"].astype(bool)]
     html = render_template(
         "compare.html.j2", title=f"fusebench comparison — run {run_a} vs run {run_b}",
-        a=_run_label(store_a, run_a, info_a), b=_run_label(store_b, run_b, info_b),
-        environment=_environment_table(info_a, info_b), result=result, summary=_summary_table(sections, baseline),
-        baseline=baseline, real_regressions=_regression_table(result.cells[result.cells["real"].astype(bool)], limit=15),
-        regressions=_regression_table(result.cells, limit=15), new_failures=_status_table(result.new_failures),
-        fixed=_status_table(matched[~matched["status_a"].isin([OK, "missing"]) & (matched["status_b"] == OK)]),
-        sections=sections, status_legend=status_legend(), fusion=fusion_diff.table(result.fusion_changes),
+        a=result.labels["A"], b=result.labels["B"], environment=result.context["environment"], result=result,
+        summary=_summary_table(result.sections, result.context["baseline"]), baseline=result.context["baseline"],
+        real_regressions=_regression_table(real, limit=15), regressions=_regression_table(result.cells, limit=15),
+        new_failures=_status_table(result.new_failures), fixed=_status_table(result.context["fixed"]),
+        sections=result.sections, status_legend=status_legend(), fusion=fusion_diff.table(result.fusion_changes),
         csv=csv_data_uri(result.cells.drop(columns=PLACE + ["label"])),
     )
     result.out_path = write(out_path, html)
@@ -112,14 +155,17 @@ def _empty() -> pd.DataFrame:
                                  "change_method"])
 
 
-def _with_noise(frame: pd.DataFrame, both: pd.DataFrame) -> pd.DataFrame:
-    """Add each matched cell's noise interval of time(B) / time(A) and whether the change is real."""
+def _with_noise(frame: pd.DataFrame, both: pd.DataFrame, norm: Normalization = NOT_NORMALISED,
+                min_change: float = 0.0) -> pd.DataFrame:
+    """Add each matched cell's noise interval of time(B) / time(A), normalised, and whether the
+    change is real."""
     rows = {side: {tuple(r[k] for k in KEY): r for r in both[both["side"] == side].to_dict("records")}
             for side in ("A", "B")}
     lo, hi, real, method = [], [], [], []
     for key in map(tuple, frame[KEY].values):
         a, b = rows["A"].get(key), rows["B"].get(key)
         c = change(a, b) if a is not None and b is not None and a.get("status") == OK and b.get("status") == OK else None
+        c = c.normalised(norm, min_change) if c is not None else None
         lo.append(c.lo if c else float("nan"))
         hi.append(c.hi if c else float("nan"))
         real.append(bool(c and c.real))
@@ -138,10 +184,12 @@ def _result(cells: pd.DataFrame, out_path: str, run_a: int, run_b: int, only_a: 
     timed = cells[cells["ratio"] > 0]
     summary = summarize(timed) if len(timed) else {"geomean": None}
     worst = timed["regression_pct"].max() if len(timed) else 0.0
+    raw = summarize(timed, "raw_ratio")["geomean"] if len(timed) and "raw_ratio" in timed else summary["geomean"]
     return CompareResult(
         out_path=out_path, run_a=run_a, run_b=run_b, matched=len(timed), only_a=only_a, only_b=only_b,
         geomean_speedup=summary["geomean"], max_regression_pct=max(0.0, float(worst)),
         cells=cells, new_failures=cells[(cells["status_a"] == OK) & ~cells["status_b"].isin([OK, "missing"])],
+        geomean_as_measured=raw,
     )
 
 
@@ -183,6 +231,7 @@ def _speedups(cells: pd.DataFrame, impl: str, baseline: str, dtype: str) -> dict
 
 def _case_section(name: str, rows: pd.DataFrame, layout, cells: pd.DataFrame | None = None,
                   baseline: str = "eager") -> dict:
+    """A case's part of the comparison; its heatmaps are drawn by _draw, for the page only."""
     impls = []
     for impl in dict.fromkeys(rows["impl"]):
         mine = rows[rows["impl"] == impl]
@@ -193,11 +242,19 @@ def _case_section(name: str, rows: pd.DataFrame, layout, cells: pd.DataFrame | N
                           "real": int(mine.loc[mine["dtype"] == d, "real"].astype(bool).sum()),
                           "speedup": _speedups(cells, impl, baseline, d) if cells is not None else {"A": None, "B": None}}
                          for d in dict.fromkeys(mine["dtype"])],
-            "figures": panel_figures(mine, "ratio", "label", layout, hm.RUN_RATIO,
-                                     f"{name} · {impl} · time(A) / time(B)", "time(A) / time(B)\n> 1: B faster"),
+            "figures": [], "_draw": (mine, layout),
         })
     return {"name": name, "anchor": f"case-{name}", **case_meta(name), "impls": impls,
             "regressions": _regression_table(rows, limit=8)}
+
+
+def _draw(section: dict, normalised: bool) -> None:
+    """The heatmaps of time(A) / time(B) of a case's implementations."""
+    what = "time(A) / time(B)" + (", B normalised" if normalised else "")
+    for i in section["impls"]:
+        mine, layout = i["_draw"]
+        i["figures"] = panel_figures(mine, "ratio", "label", layout, hm.RUN_RATIO,
+                                     f"{section['name']} · {i['impl']} · {what}", "time(A) / time(B)\n> 1: B faster")
 
 
 def _status_changes(frame: pd.DataFrame) -> str:

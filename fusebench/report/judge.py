@@ -7,7 +7,14 @@ repetitions of both cells, excludes 1, and the change is larger than the cells' 
 median, the larger of the two).  The bootstrap alone grows very sure with a thousand repetitions:
 it would call real a shift of a few percent that is only the host's load changing between two runs,
 which moves a call by about its spread.  Rows stored without repetitions fall back to their
-quantiles: the change is real when the two q20-q80 ranges do not overlap.
+quantiles: the change is real when the two q20-q80 ranges do not overlap.  Below the threshold of
+practical significance (`compare --min-change`) no change is real, however sure.
+
+Two runs on one machine are compared through their reference workloads (measure/reference.py):
+run B's times are divided by the ratio of the two runs' reference times, and each change's
+interval widens by the range the references' samples allow (`Normalization`).  A run whose
+references disagree between its start and its end, outside their noise and by more than the
+threshold, saw the machine change speed while it measured: the comparison is not judged.
 """
 from __future__ import annotations
 
@@ -66,15 +73,23 @@ class Change:
     hi: float
     method: str  # "bootstrap" | "quantiles"
     floor: float = 0.0  # the cells' spread: a smaller change is within what the host's load moves
+    min_change: float = 0.0  # a fraction: a smaller change is no change in practice
 
     @property
     def real(self) -> bool:
         outside = self.lo > 1.0 or self.hi < 1.0
-        return outside and abs(math.log(self.ratio)) > math.log1p(self.floor)
+        return (outside and abs(math.log(self.ratio)) > math.log1p(self.floor)
+                and abs(self.ratio - 1.0) >= self.min_change)
 
     @property
     def regression_pct(self) -> float:
         return (self.ratio - 1.0) * 100.0
+
+    def normalised(self, norm: "Normalization", min_change: float = 0.0) -> "Change":
+        """The change with run B's times divided by the machine's speed ratio, its interval widened
+        by the ratio's range; `min_change` (a fraction) set."""
+        return Change(self.ratio / norm.factor, self.lo / norm.hi, self.hi / norm.lo, self.method, self.floor,
+                      min_change)
 
 
 def _thin(x: np.ndarray) -> np.ndarray:
@@ -143,3 +158,156 @@ def add_ceiling_pct(rows: pd.DataFrame, ceiling: str | None) -> pd.Series:
     values = [ceiling_pct(t, ref.get((d, s))) if st == "ok" and impl != ceiling else None
               for t, d, s, st, impl in zip(rows["time_us"], rows["dtype"], rows["shape"], rows["status"], rows["impl"])]
     return pd.Series([np.nan if v is None else v for v in values], index=rows.index, dtype=float)
+
+
+# --------------------------------------------------------------------------------------------
+# run-level noise: the reference workload
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """How run B's times are scaled before judging: divided by `factor` (B's reference over A's),
+    known within [lo, hi].  `applied` False: factor 1, and `note` says why."""
+
+    applied: bool
+    factor: float = 1.0
+    lo: float = 1.0
+    hi: float = 1.0
+    workloads: dict | None = None  # per workload, B's reference time over A's
+    note: str = ""
+
+
+NOT_NORMALISED = Normalization(False)
+
+
+def drift(record: dict, min_change: float) -> str | None:
+    """Why a run's reference record shows the machine changing speed during the run (a workload
+    whose later sample differs from the first outside the noise and by more than `min_change`, a
+    fraction), or None."""
+    from fusebench.measure.reference import WORKLOADS
+
+    samples = record.get("samples") or []
+    for later in samples[1:]:
+        for w in WORKLOADS:
+            c = change(samples[0][w], later[w])
+            if c is None:
+                continue
+            c = Change(c.ratio, c.lo, c.hi, c.method, c.floor, min_change)
+            if c.real:
+                return (f"its {w} reference took {c.ratio:.2f}x as long at its {later.get('at', 'end')} "
+                        f"({later.get('time', '?')}) as at its {samples[0].get('at', 'start')} "
+                        f"({samples[0].get('time', '?')}), outside the noise")
+    return None
+
+
+def normalization(info_a: dict, info_b: dict, min_change: float, normalize: bool = True
+                  ) -> tuple[Normalization, str | None, list[str]]:
+    """(how to scale run B, why the runs cannot be judged or None, notes for the reader) from the
+    two runs' rows (their `reference`, `device_name` and `timing` columns)."""
+    from fusebench.measure.reference import load_record, speed, workload_ratios
+
+    notes: list[str] = []
+    records = {}
+    for side, info in (("A", info_a), ("B", info_b)):
+        record = load_record(info.get("reference"))
+        if record is None:
+            why = _not_available(info.get("reference"))
+            notes.append(f"run {info.get('id')} ({side}) has no reference workload ({why}): "
+                         f"its times are compared as measured")
+        records[side] = record
+    refused = None
+    same = info_a.get("id") == info_b.get("id") and info_a.get("started") == info_b.get("started")
+    for side, info in (("A", info_a), ("B", info_b)):
+        record = records[side]
+        if record is None or same:  # a run compared with itself changes nothing, drift or not
+            continue
+        if len(record["samples"]) < 2:
+            notes.append(f"run {info.get('id')} ({side}) has only its start reference (an interrupted run): "
+                         f"whether the machine's speed changed during it is not known")
+            continue
+        why = drift(record, min_change)
+        if why and refused is None:
+            refused = f"run {info.get('id')} ({side}): the machine's speed changed while it measured: {why}"
+    if records["A"] is None or records["B"] is None:
+        return NOT_NORMALISED, refused, notes
+    if not normalize:
+        notes.append("not normalised (--no-normalize): times compared as measured")
+        return NOT_NORMALISED, refused, notes
+    if str(info_a.get("device_name")) != str(info_b.get("device_name")) or \
+            records["A"].get("device") != records["B"].get("device"):
+        notes.append(f"the runs measured different devices ({info_a.get('device_name')} and "
+                     f"{info_b.get('device_name')}): times compared as measured, not normalised")
+        return NOT_NORMALISED, refused, notes
+    if records["A"].get("threads") != records["B"].get("threads"):
+        notes.append(f"the runs used different thread counts ({records['A'].get('threads')} and "
+                     f"{records['B'].get('threads')}): times compared as measured, not normalised")
+        return NOT_NORMALISED, refused, notes
+    factor = speed(records["B"]).index / speed(records["A"]).index
+    lo, hi = factor_bounds(records["A"], records["B"])
+    workloads = workload_ratios(records["A"], records["B"])
+    parts = ", ".join(f"{w} {r:.3f}x" for w, r in workloads.items())
+    note = (f"run {info_b.get('id')}'s reference workload took {factor:.3f}x as long as run {info_a.get('id')}'s "
+            f"({parts}): B's times are divided by {factor:.3f}, known within {lo:.3f}-{hi:.3f}")
+    if hi / lo > 1.0 + min_change:
+        notes.append(f"the machine's speed ratio between the runs is known only within {lo:.3f}-{hi:.3f} (the "
+                     f"reference workloads' noise and disagreement): changes smaller than that are not told from it")
+    return Normalization(True, factor, lo, hi, workloads, note), refused, notes
+
+
+def factor_bounds(record_a: dict, record_b: dict) -> tuple[float, float]:
+    """The range of B's reference times over A's that the references allow: over every workload and
+    every pair of samples, the bootstrap interval of the ratio of their medians (quantile ranges
+    where repetitions were not kept).  Workloads that disagree (a copy slowed, a GEMM not) widen it:
+    which of them a cell resembles is not known."""
+    from fusebench.measure.reference import WORKLOADS
+
+    lows, highs = [], []
+    for w in WORKLOADS:
+        for sa in record_a["samples"]:
+            for sb in record_b["samples"]:
+                c = change(sa[w], sb[w])
+                if c is not None:
+                    lows.append(min(c.lo, c.ratio))
+                    highs.append(max(c.hi, c.ratio))
+    return (min(lows), max(highs)) if lows else (1.0, 1.0)
+
+
+def _not_available(text) -> str:
+    try:
+        record = json.loads(text) if isinstance(text, str) and text else None
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and record.get("not_available"):
+        return str(record["not_available"])
+    return "stored without one" if not text else "unreadable"
+
+
+# --------------------------------------------------------------------------------------------
+# impossible values
+
+# A ceiling is a same-run PyTorch operation, not a law of physics: an implementation can beat it by
+# a little (a better GEMM than cuBLAS picked, a copy faster than copy_).  Beyond this margin plus
+# the two cells' spreads a fraction of the ceiling is a disturbed measurement, not a result.
+CEILING_MARGIN = 0.10
+
+
+def beyond_ceiling(pct: float | None, spread: float | None = None, ceiling_spread: float | None = None) -> bool:
+    """Whether a % of the ceiling exceeds 100% by more than CEILING_MARGIN and the noise."""
+    if pct is None or not math.isfinite(pct):
+        return False
+    return pct > 100.0 * (1.0 + CEILING_MARGIN + (spread or 0.0) + (ceiling_spread or 0.0))
+
+
+def add_beyond_ceiling(rows: pd.DataFrame, ceiling: str | None) -> pd.Series:
+    """Per row, whether its % of the case's ceiling (same run, dtype and shape) is beyond what a
+    ceiling allows (beyond_ceiling), given both cells' spreads."""
+    if ceiling is None or "time_us" not in rows or not (rows["impl"] == ceiling).any():
+        return pd.Series(False, index=rows.index)
+    ok = rows[(rows["impl"] == ceiling) & (rows["status"] == "ok")]
+    ref = {(d, s): r for d, s, r in zip(ok["dtype"], ok["shape"], ok.to_dict("records"))}
+    out = []
+    for r in rows.to_dict("records"):
+        c = ref.get((r["dtype"], r["shape"]))
+        out.append(bool(c is not None and r["status"] == "ok" and r["impl"] != ceiling and beyond_ceiling(
+            ceiling_pct(r.get("time_us"), c.get("time_us")), cell_spread(r), cell_spread(c))))
+    return pd.Series(out, index=rows.index, dtype=bool)
