@@ -150,6 +150,14 @@ def compare(
     from fusebench.store import Store, default_db_path
 
     check_baseline(baseline)
+    if format not in FORMATS:
+        fail(f"unknown --format {format!r}; choose {', '.join(FORMATS)}")
+    if latest and (run_a is not None or run_b is not None or db_b):
+        fail("--latest compares the last two runs of one store: give no run ids and no --db-b with it")
+    if not latest and (run_a is None or run_b is None):
+        fail("give two runs, RUN_A RUN_B, or --latest for the store's last two")
+    if fail_above is not None and not fail_above >= 0:
+        fail(f"--fail-above must be at least 0, got {fail_above:g}")
     store_a = Store.open(db or default_db_path(), create=False)
     store_b = Store.open(db_b, create=False) if db_b else store_a
     try:
@@ -188,14 +196,6 @@ def compare(
                   f"the noise or under --min-change {min_change:g} (not counted)", highlight=False)
     if code == 1:
         # A cell that was ok in run A and failed in run B (oom, mismatch, ...) is the worst regression of all.
-    if format not in FORMATS:
-        fail(f"unknown --format {format!r}; choose {', '.join(FORMATS)}")
-    if latest and (run_a is not None or run_b is not None or db_b):
-        fail("--latest compares the last two runs of one store: give no run ids and no --db-b with it")
-    if not latest and (run_a is None or run_b is None):
-        fail("give two runs, RUN_A RUN_B, or --latest for the store's last two")
-    if fail_above is not None and not fail_above >= 0:
-        fail(f"--fail-above must be at least 0, got {fail_above:g}")
         for r in real.itertuples():
             err.print(f"  regressed {r.regression_pct:.1f}% (B / A within {r.change_lo:.3f}-{r.change_hi:.3f}): "
                       f"{plain(r.case_name)} {plain(r.impl)} {plain(r.shape)} {plain(r.dtype)}",
