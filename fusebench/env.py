@@ -59,6 +59,15 @@ def kernel_settings() -> str | None:
     return json.dumps(record(), sort_keys=True)
 
 
+def precision_settings() -> dict:
+    """PyTorch's fp32 precision switches in this process: whether fp32 GEMMs (cuBLAS) and cuDNN's
+    convolutions may run in TF32, and torch.get_float32_matmul_precision().  The accuracy check
+    reads them per cell (measure/accuracy.py); a run records them as they were when it started."""
+    from fusebench.measure.accuracy import tf32_switches
+
+    return tf32_switches()
+
+
 def collect(device: str) -> dict:
     try:
         import triton
@@ -70,15 +79,6 @@ def collect(device: str) -> dict:
         "fusebench_version": fusebench.__version__,
         "git_commit": git_commit(),
         "torch": torch.__version__,
-def precision_settings() -> dict:
-    """PyTorch's fp32 precision switches in this process: whether fp32 GEMMs (cuBLAS) and cuDNN's
-    convolutions may run in TF32, and torch.get_float32_matmul_precision().  The accuracy check
-    reads them per cell (measure/accuracy.py); a run records them as they were when it started."""
-    from fusebench.measure.accuracy import tf32_switches
-
-    return tf32_switches()
-
-
         "triton": triton_version,
         "cuda": torch.version.cuda,
         "hostname": socket.gethostname(),
@@ -87,6 +87,7 @@ def precision_settings() -> dict:
         "device": "cuda" if device.startswith("cuda") else "cpu",
         "peers": peer_versions(),
         "kernel_settings": kernel_settings(),
+        "precision": json.dumps(precision_settings(), sort_keys=True),
     }
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(device)
@@ -98,5 +99,4 @@ def precision_settings() -> dict:
             env["clocks"] = dict(zip(keys, [c.strip() for c in clocks.split(",")]))
     else:
         env.update(device_name=platform.processor() or platform.machine(), device_count=os.cpu_count(), driver=None)
-        "precision": json.dumps(precision_settings(), sort_keys=True),
     return env

@@ -53,13 +53,13 @@ RUN_COLUMNS = {
     "kernel_settings": "TEXT",  # JSON: what decides fusebench's kernels' choices (tuning.record)
     "timing": "TEXT",  # JSON: timing settings
     "request": "TEXT",  # JSON: what was asked for (cases, impls, shapes, dtype, plugins with sha256, ...)
+    "precision": "TEXT",  # JSON: PyTorch's fp32 precision switches (TF32 of matmul and cuDNN)
+    "reference": "TEXT",  # JSON: the reference workload timed at the start and end (measure/reference.py)
+    "load": "TEXT",  # JSON: the machine's load at the start and end (measure/load.py)
     # The process measuring the run, and when it last said so (unix seconds): --resume refuses a
     # run whose owner is alive on this host or whose heartbeat is recent.
     "owner_pid": "INTEGER",
     "owner_host": "TEXT",
-    "precision": "TEXT",  # JSON: PyTorch's fp32 precision switches (TF32 of matmul and cuDNN)
-    "reference": "TEXT",  # JSON: the reference workload timed at the start and end (measure/reference.py)
-    "load": "TEXT",  # JSON: the machine's load at the start and end (measure/load.py)
     "heartbeat": "REAL",
 }
 

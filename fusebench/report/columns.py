@@ -54,15 +54,15 @@ COLUMNS: dict[str, str] = {
     "tol_ratio": "Worst error as a fraction of the tolerance: at most 1 passes.",
     "atol": "Absolute tolerance, scaled by max|reference|.",
     "rtol": "Relative tolerance.",
-    # time
-    "time_us": "Median time of one call, µs: CUDA events with L2 flushed before each call on the GPU; "
-               "host time on the CPU.",
     "tolerance": "Which tolerance judged the cell: tf32 (an fp32 cell whose GEMMs or convolutions may run in TF32 "
                  "here, judged as fp16 is: atol 2e-3, rtol 1e-2, or the case's own where looser; the note says "
                  "why), else the dtype's name (the case's own tolerance for it).  Empty where accuracy is not "
                  "checked (ceilings).",
     "err_vs_eager": "The cell's worst relative error over eager's on the same inputs (eager's floored at the dtype's "
                     "epsilon; 1 for eager itself).  Above 4 the cell is flagged as less accurate than eager.",
+    # time
+    "time_us": "Median time of one call, µs: CUDA events with L2 flushed before each call on the GPU; "
+               "host time on the CPU.",
     "time_q20_us": "20th percentile of the repetitions, µs.",
     "time_q80_us": "80th percentile of the repetitions, µs.",
     "time_min_us": "Fastest repetition, µs.",
@@ -71,9 +71,6 @@ COLUMNS: dict[str, str] = {
     "time_samples_us": "JSON list of every repetition's time, µs (5 significant digits): what `compare` "
                        "judges a change against.",
     "time_spread": "IQR / median of the repetitions: above 0.10 the cell is flagged as too noisy to trust.",
-    "wall_time_us": "Host time per call, calls back to back: what a Python caller pays, launch and "
-                    "guards included, µs (the mean of as many calls as time_reps, at most the run's rep_ms "
-                    "of them).",
     "threads": "torch's intra-op threads the cell ran with: fixed per run (its timing settings hold it), in "
                "whichever process measured the cell, Ray actors included.",
     "cpu_pressure": "Share of the cell's timing (time and wall_time) during which some task waited for a CPU, from "
@@ -82,6 +79,9 @@ COLUMNS: dict[str, str] = {
     "under_load": "1 where the cell was timed while the CPU was busy: cpu_pressure above 0.10, or without it a load "
                   "average beyond the cell's own threads above half the CPUs.  Flagged in the terminal (L!) and "
                   "the report (*), and left out of the report's headline figures.",
+    "wall_time_us": "Host time per call, calls back to back: what a Python caller pays, launch and "
+                    "guards included, µs (the mean of as many calls as time_reps, at most the run's rep_ms "
+                    "of them).",
     # analytic models
     "min_bytes": "Fewest bytes the case must move at this shape and dtype (its byte model).",
     "flops": "FLOPs the case must do (its FLOP model).",
