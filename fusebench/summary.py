@@ -1,6 +1,12 @@
 """The terminal summary of a run: per case, each implementation's time, spread, speedup over the
 baseline and % of the case's ceiling; then which implementation is fastest, and why cells were
-not measured (once per implementation)."""
+not measured (once per implementation).
+
+Marks: `!` after a spread above 10% (too noisy to trust); `L!` a cell timed while the CPU was busy
+(measure/load.py); a % of the ceiling in red with `?` beyond what a ceiling allows (a disturbed
+measurement, report.judge.beyond_ceiling); `mismatch` with its time (a wrong answer, timed anyway);
+`N×eager's error` in the accuracy column where an implementation errs more than
+BASELINE_ERROR_FACTOR times eager does on the same inputs."""
 from __future__ import annotations
 
 from collections import Counter
@@ -10,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fusebench.impls.ceiling import ceiling_for
+from fusebench.measure.accuracy import BASELINE_ERROR_FACTOR
 from fusebench.measure.timing import NOISY_SPREAD
-from fusebench.report.judge import cell_spread, ceiling_pct, is_noisy, launch_bound
+from fusebench.report.judge import beyond_ceiling, cell_spread, ceiling_pct, is_noisy, launch_bound
 from fusebench.util import as_text
 from fusebench.runner.modes import mode_label
 
@@ -46,6 +53,18 @@ def _timed(row) -> bool:
     return row is not None and row.status == "ok" and not pd.isna(row.time_us)
 
 
+def under_load(row) -> bool:
+    v = getattr(row, "under_load", None)
+    return v is not None and not pd.isna(v) and bool(v)
+
+
+def impossible(row, ceiling) -> bool:
+    """A % of the ceiling beyond what a ceiling allows (report.judge.beyond_ceiling)."""
+    if not (_timed(row) and _timed(ceiling)):
+        return False
+    return beyond_ceiling(ceiling_pct(row.time_us, ceiling.time_us), cell_spread(row), cell_spread(ceiling))
+
+
 def _spread_text(row) -> str:
     s = cell_spread(row)
     if s is None:
@@ -58,11 +77,13 @@ def cell_text(row, base=None, ceiling=None, role: str = "") -> str:
     """One table cell: time and spread; for an implementation also its speedup over the baseline,
     its % of the ceiling and, where wall time turns the verdict, the wall-time speedup."""
     status = row.status
+    if status == "mismatch" and not pd.isna(row.time_us):  # wrong, and timed anyway: both verdicts
+        return f"{_status(status)} [dim]{_fmt_time(row.time_us)}[/]"
     if status != "ok":
         return _status(status)
     if pd.isna(row.time_us):
         return "[green]ok[/] (no timing)"
-    text = _fmt_time(row.time_us) + _spread_text(row)
+    text = _fmt_time(row.time_us) + _spread_text(row) + (" [yellow]L![/]" if under_load(row) else "")
     if role == "ceiling":  # a bound, not a competitor: its time alone
         return text
     if role != "baseline" and _timed(base):
@@ -72,7 +93,8 @@ def cell_text(row, base=None, ceiling=None, role: str = "") -> str:
         if launch_bound(row, base):
             text += f" [magenta]wall {base.wall_time_us / row.wall_time_us:.2f}×[/]"
     if _timed(ceiling):
-        text += f" [cyan]{ceiling_pct(row.time_us, ceiling.time_us):.0f}%[/]"
+        pct = ceiling_pct(row.time_us, ceiling.time_us)
+        text += f" [bold red]{pct:.0f}%?[/]" if impossible(row, ceiling) else f" [cyan]{pct:.0f}%[/]"
     return text
 
 
@@ -83,7 +105,13 @@ def accuracy_text(rows: pd.DataFrame) -> str:
         return ""
     worst = checked.loc[checked.tol_ratio.idxmax()]
     failed = (rows.status == "mismatch").sum()
-    text = f"worst {worst.tol_ratio:.2g}×tol ({as_text(worst.impl)})"
+    tf32 = "tolerance" in rows and (rows["tolerance"] == "tf32").any()
+    text = f"worst {worst.tol_ratio:.2g}×tol ({as_text(worst.impl)})" + (" [dim]TF32 tol[/]" if tf32 else "")
+    if "err_vs_eager" in rows:
+        worse = rows[rows["err_vs_eager"] > BASELINE_ERROR_FACTOR]
+        if len(worse):
+            w = worse.loc[worse["err_vs_eager"].idxmax()]
+            text += f", [magenta]{as_text(w.impl)} {w.err_vs_eager:.3g}×eager's error[/]"
     return f"[bold red]{failed} mismatch[/], {text}" if failed else text
 
 
@@ -111,7 +139,7 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
         console.print("no cells")
         return
     impls = list(dict.fromkeys(df.impl))
-    noisy = launch = 0
+    noisy = launch = loaded = beyond = 0
     for case_name, cdf in df.groupby("case_name", sort=False):
         ceiling = ceiling_for(case_name)
         t = Table(title=as_text(case_name + mode_label(_mode(df, cdf))), title_justify="left",
@@ -138,6 +166,8 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
                 if _timed(row):
                     noisy += is_noisy(cell_spread(row))
                     launch += bool(not role and _timed(base) and launch_bound(row, base))
+                    loaded += under_load(row)
+                    beyond += bool(not role and impossible(row, ceil))
             t.add_row(as_text(shape), as_text(dtype), *cells, accuracy_text(sdf))
         wins = fastest(cdf)
         if wins:
@@ -159,9 +189,21 @@ def print_summary(df: pd.DataFrame, console: Console, baseline: str = "eager") -
     if launch:
         console.print(f"[magenta]{launch} launch-bound cell(s)[/]: faster than {as_text(baseline)} on the "
                       f"device but slower from Python (wall-time speedup shown)", highlight=False)
+    if loaded:
+        console.print("[yellow]L![/]: timed while the CPU was busy (other work held it): the time may be "
+                      "inflated", highlight=False)
+    if beyond:
+        console.print(f"[bold red]{beyond} cell(s) above the ceiling by more than a ceiling allows (%?)[/]: the "
+                      f"ceiling or the cell was disturbed while timed; not a result", highlight=False)
+    timed_wrong = df[(df.status == "mismatch") & df.time_us.notna()] if "time_us" in df else df.iloc[:0]
+    if len(timed_wrong):
+        console.print(f"[bold red]{len(timed_wrong)} mismatch cell(s)[/] were timed anyway (time shown dim): "
+                      f"a wrong answer's time is not a result", highlight=False)
     if baseline not in set(df.impl):
         console.print(f"no {as_text(baseline)} cells in this run: no speedups to show", highlight=False)
     _print_problems(df, console)
+    for line in df.attrs.get("warnings") or []:
+        console.print(f"[yellow]warning:[/] {as_text(line)}", highlight=False)
     skipped = df.attrs.get("not_planned") or {}
     if skipped:
         console.print("not run here (name one with --impl to run it anyway):", highlight=False)

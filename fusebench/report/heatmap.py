@@ -106,12 +106,15 @@ def norm_for(scale: Scale, values: np.ndarray) -> mcolors.Normalize:
 
 def _colorbar_ticks(bar, scale: Scale, norm: mcolors.Normalize) -> None:
     """Readable colour-bar ticks: factors (0.5×, 1×, 2×) for ratios, integers for counts."""
-    axis = bar.ax.xaxis
+    _ticks(bar.ax.xaxis, scale, norm.vmin, norm.vmax)
+
+
+def _ticks(axis, scale: Scale, vmin: float, vmax: float) -> None:
     if scale.ratio:
-        lo, hi = math.log2(norm.vmin), math.log2(norm.vmax)
+        lo, hi = math.log2(vmin), math.log2(vmax)
         if hi - lo <= 1.2:  # a narrow range (run-to-run comparisons): ticks at ±10%, ±25%, ±50%
             factors = [1.0] + [f ** s for f in (1.1, 1.25, 1.5) for s in (-1, 1)]
-            ticks = sorted(f for f in factors if norm.vmin <= f <= norm.vmax)
+            ticks = sorted(f for f in factors if vmin <= f <= vmax)
         else:
             # factors of 2, 4, or powers of ten: at most about eight ticks
             step = 1 if hi - lo <= 6 else 2 if hi - lo <= 12 else math.ceil((hi - lo) / 8 / math.log2(10)) * math.log2(10)
@@ -142,22 +145,30 @@ def _cell_label(value: float, status, scale: Scale) -> tuple[str | None, str | N
 
 
 def heatmap(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *, title: str,
-            row_title: str, col_title: str, colorbar_label: str) -> str:
+            row_title: str, col_title: str, colorbar_label: str, marks: pd.DataFrame | None = None) -> str:
     """Draw values (rows x cols) as a heatmap and return it as an SVG data: URI.
 
     statuses has the same index and columns; a string there replaces the value with that label,
     drawn as a failed cell.  A NaN value without a status is drawn blank (a hole in the grid).
-    A title line break separates what is drawn from which panel it is.
+    `marks`: a string there is written after the value (a flag the colour-bar label explains).
+    A title line break separates what is drawn from which panel it is.  A handful of shapes
+    scattered over a grid (most of it empty) is drawn as a list instead (bars).
     """
+    if sparse(values, statuses):
+        return bars(values, statuses, scale, title=title, row_title=row_title, col_title=col_title,
+                    colorbar_label=colorbar_label, marks=marks)
     data = values.to_numpy(dtype=float)
     labels = (statuses.reindex_like(values).to_numpy(dtype=object) if statuses is not None
               else np.full(data.shape, None, dtype=object))
-    cells = [[_cell_label(data[i, j], labels[i, j], scale) for j in range(data.shape[1])]
+    flags = (marks.reindex_like(values).to_numpy(dtype=object) if marks is not None
+             else np.full(data.shape, None, dtype=object))
+    cells = [[_marked(_cell_label(data[i, j], labels[i, j], scale), flags[i, j]) for j in range(data.shape[1])]
              for i in range(data.shape[0])]
     shown = np.where([[lab is None for lab, _ in row] for row in cells], data, np.nan)
     norm = norm_for(scale, shown)
+    size = _figsize(values, cells, title)
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=_figsize(values, cells, title), layout="constrained")
+        fig = Figure(figsize=size, layout="constrained")
         ax = fig.subplots()
         image = ax.imshow(np.ma.masked_invalid(shown), cmap=scale.cmap, norm=norm, aspect="auto",
                           interpolation="nearest")
@@ -167,9 +178,83 @@ def heatmap(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *
         # Below the grid, where there is room for a label that says what the colours mean.
         bar = fig.colorbar(image, ax=ax, location="bottom", shrink=0.75, aspect=40, pad=0.01,
                            extend=_extend(scale, norm, shown))
-        bar.set_label(colorbar_label, fontsize=8)
+        bar.set_label(wrap_label(colorbar_label, size[0]), fontsize=8)
         bar.ax.tick_params(labelsize=7)
         _colorbar_ticks(bar, scale, norm)
+        return _to_data_uri(fig)
+
+
+def _marked(label: tuple[str | None, str | None], mark) -> tuple[str | None, str | None]:
+    status, text = label
+    if text is not None and isinstance(mark, str) and mark:
+        return status, text + mark
+    return status, text
+
+
+# A grid is drawn as a list when it holds at most this many shapes and they fill at most this share of
+# it: two quick shapes on a 2x2 grid are a diagonal of values in a square of blanks.
+SPARSE_MAX_SHAPES = 8
+SPARSE_MAX_FILL = 0.5
+
+
+def sparse(values: pd.DataFrame, statuses: pd.DataFrame | None = None) -> bool:
+    """Whether a grid holds a handful of shapes scattered over mostly empty cells."""
+    filled = values.notna().to_numpy().copy()
+    if statuses is not None:
+        filled |= statuses.reindex_like(values).notna().to_numpy()
+    n = int(filled.sum())
+    return 0 < n <= SPARSE_MAX_SHAPES and n <= SPARSE_MAX_FILL * filled.size and min(values.shape) > 1
+
+
+def bars(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *, title: str, row_title: str,
+         col_title: str, colorbar_label: str, marks: pd.DataFrame | None = None) -> str:
+    """The filled cells of a sparse grid as a list, one bar per shape ("row × col"), coloured and
+    labelled as the heatmap would; a failed cell as its status.  Returns an SVG data: URI."""
+    entries = []
+    for r in values.index:
+        for c in values.columns:
+            v = values.at[r, c]
+            status = statuses.at[r, c] if statuses is not None and r in statuses.index and c in statuses.columns else None
+            mark = marks.at[r, c] if marks is not None and r in marks.index and c in marks.columns else None
+            if not isinstance(status, str) and (v is None or not np.isfinite(v)):
+                continue
+            entries.append((f"{r} × {c}" if str(r) else str(c), v, status if isinstance(status, str) else None, mark))
+    finite = np.array([v for _, v, s, _ in entries if s is None], dtype=float)
+    norm = norm_for(scale, finite)
+    log = scale.log or scale.ratio
+    base = 1.0 if scale.ratio else (float(norm.vmin) if scale.log else 0.0)
+    lo = min([base, *finite]) / (1.4 if log else 1.0)
+    hi = max([base * (1.5 if log else 1.0) or 1.0, *finite]) * (1.6 if log else 1.15)
+    axis_title = " × ".join(t for t in (row_title, col_title) if t) or "shape"
+    width = min(12.0, max(5.2, 0.07 * max(len(t) for t in title.split("\n")) + 1.0))
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, min(12.0, 1.9 + 0.34 * len(entries))), layout="constrained")
+        ax = fig.subplots()
+        cmap = matplotlib.colormaps[scale.cmap]
+        for i, (_, v, status, mark) in enumerate(entries):
+            if status is not None:
+                fill, _ = status_style(status)
+                ax.text(base, i, status.replace("\n", " "), va="center", ha="center", fontsize=7.5,
+                        bbox=dict(boxstyle="round,pad=0.25", fc=fill, ec="#707070", lw=0.5))
+                continue
+            ax.barh(i, v - base, left=base, color=cmap(norm(v)), edgecolor="#707070", linewidth=0.4, height=0.6)
+            text = scale.fmt(v) + (mark if isinstance(mark, str) else "")
+            ax.text(v, i, f" {text} " if v >= base else f" {text} ", va="center", ha="left" if v >= base else "right",
+                    fontsize=8)
+        ax.set_yticks(range(len(entries)), [e[0] for e in entries], fontsize=7.5)
+        ax.set_ylim(len(entries) - 0.5, -0.5)
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        _ticks(ax.xaxis, scale, lo, hi)
+        if scale.ratio:
+            ax.axvline(1.0, color="#333", linewidth=0.8)
+        ax.set_ylabel(axis_title, fontsize=8.5)
+        ax.set_xlabel(wrap_label(colorbar_label, width), fontsize=8)
+        ax.tick_params(labelsize=7)
+        for spine in ("top", "right"):
+            ax.spines[spine].set_visible(False)
+        ax.set_title(title, fontsize=9.5, loc="left", linespacing=1.5)
         return _to_data_uri(fig)
 
 
@@ -232,9 +317,19 @@ def _axes(ax, values: pd.DataFrame, row_title: str, col_title: str) -> None:
         spine.set_visible(False)
 
 
+def wrap_label(text: str, width_in: float) -> str:
+    """A colour-bar label wrapped to the figure's width (8-point text: about 0.065 in a character),
+    so that no line runs past the figure's edge."""
+    import textwrap
+
+    chars = max(24, int(width_in / 0.065))
+    return "\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, chars) or [""])
+
+
 def _to_data_uri(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    # the tight box takes in whatever the layout let stick out (a long label), instead of cutting it
+    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight", pad_inches=0.04)
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 

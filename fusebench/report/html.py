@@ -5,7 +5,12 @@ baseline, best and worst shape, launch-bound shapes), each implementation's % of
 ceiling, and the run's environment.  Then per case: heatmaps of the speedup of one implementation
 over another across the shape grid, % of the ceiling, % of roofline, the spread of the timings,
 kernels launched, traffic amplification and accuracy where they were measured, a table per
-implementation, the cells too noisy to trust, and why cells failed.
+implementation, the cells too noisy to trust, the flagged cells, and why cells failed.
+
+Flagged cells -- timed while the CPU was busy (`under_load`), or above their ceiling by more than a
+ceiling allows (report.judge.beyond_ceiling) -- are marked `*` on the maps and left out of every
+headline figure (geometric means, best and worst shapes, % of ceiling): a headline is never built
+from a disturbed measurement.  Mismatched cells are timed but never compared.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import pandas as pd
 from fusebench.impls.ceiling import ceiling_for
 from fusebench.measure.timing import NOISY_SPREAD
 from fusebench.report import heatmap as hm
+from fusebench.report.flags import FLAG_LEGEND, FLAG_MARK, flag_counts, flagged_table, with_flags
 from fusebench.report.grid import Layout, place
 from fusebench.report.judge import add_ceiling_pct, cell_spread, launch_bound
 from fusebench.report.tables import (
@@ -94,9 +100,22 @@ def render_report(store, run_id: int | list[int] | None, out_path: str,
         csv_name=f"fusebench-run-{'-'.join(map(str, run_ids))}.csv", info=info, environment=environment(info, stored),
         summary=summary_table(sections), ceiling_summary=ceiling_table(sections), baseline=baseline,
         noisy_spread=f"{NOISY_SPREAD:.0%}", sections=sections, status_legend=status_legend(),
+        warnings=_load_warnings(store, run_ids, stored),
         db=store.path, all_csv=csv_data_uri(stored),
     )
     return write(out_path, html)
+
+
+def _load_warnings(store, run_ids: list[int], cells: pd.DataFrame) -> list[str]:
+    """The warnings about the machine's load while the runs measured (measure.load.run_warnings)."""
+    from fusebench.measure.load import run_warnings
+
+    out: list[str] = []
+    for rid in run_ids:
+        for line in run_warnings(store.run_info(rid).get("load"), cells[cells["run_id"] == rid]):
+            if line not in out:
+                out.append(line if len(run_ids) == 1 else f"run {rid}: {line}")
+    return out
 
 
 def _joined_requests(requests: list[dict]) -> dict:
@@ -235,6 +254,7 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs, ba
     rows = rows.assign(pct_of_ceiling=add_ceiling_pct(rows, ceiling),
                        spread_pct=[None if s is None else 100.0 * s for s in map(cell_spread, rows.to_dict("records"))])
     rows["spread_pct"] = rows["spread_pct"].astype(float)
+    rows = with_flags(rows, ceiling)
     impls = list(dict.fromkeys(rows["impl"]))
     chosen = case_pairs(rows, pairs, baseline)
     return {
@@ -249,6 +269,8 @@ def case_section(name: str, rows: pd.DataFrame, layout: Layout | None, pairs, ba
         "ceiling": ceiling if ceiling in set(rows["impl"]) else None,
         "ceiling_rows": _ceiling_rows(rows, ceiling),
         "noisy": noisy_table(rows),
+        "flagged": flagged_table(rows),
+        "flag_counts": flag_counts(rows),
         "metrics": metric_blocks(rows, layout),
         "impl_table": impl_table(rows),
         "failures": failure_table(rows),
@@ -306,6 +328,12 @@ def _unpaired_note(rows, impls, pairs, chosen) -> str:
 def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) -> dict:
     """Heatmaps and numbers of the speedup of impl over base (time(base) / time(impl))."""
     frame = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "time_us", base, None)
+    flagged = rows[rows["impl"].isin([impl, base]) & rows["flagged"]]
+    keys = set(zip(flagged["dtype"], flagged["shape"]))
+    frame["mark"] = [FLAG_MARK if (d, sh) in keys and r > 0 else None
+                     for d, sh, r in zip(frame["dtype"], frame["shape"], frame["ratio"])]
+    # the headline: shapes whose two cells are both unflagged
+    headline = frame.assign(ratio=frame["ratio"].where(frame["mark"].isna()))
     if base in CEILING_LEGENDS:  # a ceiling timed in the same run: the ratio is a fraction of it
         title = heading = f"{impl} as a fraction of {base}"
         legend = CEILING_LEGENDS[base].format(impl=impl)
@@ -317,13 +345,17 @@ def pair_block(rows: pd.DataFrame, impl: str, base: str, layout: Layout | None) 
     block = {
         "impl": impl, "base": base, "title": title, "subtitle": subtitle,
         "figures": panel_figures(frame, "ratio", "label", layout, hm.SPEEDUP,
-                                 f"{rows['case_name'].iloc[0]} · {heading}", legend),
+                                 f"{rows['case_name'].iloc[0]} · {heading}",
+                                 legend + (FLAG_LEGEND if frame["mark"].notna().any() else ""), mark="mark"),
         "by_dtype": [], "wall_figures": [], "launch_bound": launch_bound_shapes(rows, impl, base),
     }
     wall = ratio_frame(rows[rows["impl"] == base], rows[rows["impl"] == impl], "wall_time_us", base, None)
+    wall["ratio"] = wall["ratio"].where([(d, sh) not in keys for d, sh in zip(wall["dtype"], wall["shape"])])
     for dtype in dict.fromkeys(frame["dtype"]):
-        block["by_dtype"].append({"dtype": dtype, "gpu": summarize(frame[frame["dtype"] == dtype]),
+        mine = headline[headline["dtype"] == dtype]
+        block["by_dtype"].append({"dtype": dtype, "gpu": summarize(mine),
                                   "wall": summarize(wall[wall["dtype"] == dtype]),
+                                  "flagged": int(frame.loc[frame["dtype"] == dtype, "mark"].notna().sum()),
                                   "failed": _failed_counts(frame[frame["dtype"] == dtype])})
     # Host time per call tells a different story where wrappers and guards cost more than the
     # kernels save (the plan's finding); drawn when measured, folded away by default.
@@ -370,8 +402,10 @@ def metric_blocks(rows: pd.DataFrame, layout: Layout | None) -> list[dict]:
             if column == "tol_ratio" and measured.max() < ACCURACY_MAP_ABOVE:
                 continue  # far within tolerance everywhere: the table's worst value says enough
             frame = mine.assign(label=mine["status"].where(~mine["status"].isin(shown)))
+            marked = column in ("pct_of_ceiling", "pct_roofline") and frame["mark"].notna().any()
             figures += panel_figures(frame, column, "label", layout, scale,
-                                     f"{rows['case_name'].iloc[0]} · {impl} · {title}", legend)
+                                     f"{rows['case_name'].iloc[0]} · {impl} · {title}",
+                                     legend + (FLAG_LEGEND if marked else ""), mark="mark" if marked else None)
         if figures:
             # Accuracy maps are folded away unless some answer was wrong: then they are the news.
             wrong = (rows["status"] == "mismatch").any()
@@ -409,12 +443,17 @@ def impl_table(rows: pd.DataFrame) -> Table:
         ("peak mem MiB max", "peak_mem_bytes", lambda s: num(s.max() / 2**20)),
     ]
     present = [(h, c, f) for h, c, f in columns if c in rows and rows[c].notna().any()]
-    table = Table(["implementation", "dtype", "cells", "ok", "not ok"] + [h for h, _, _ in present])
-    table.numeric = {2, 3} | set(range(5, len(table.columns)))
+    table = Table(["implementation", "dtype", "cells", "ok", "not ok", "flags"] + [h for h, _, _ in present])
+    table.numeric = {2, 3} | set(range(6, len(table.columns)))
     for (impl, dtype), part in g:
         failed = Counter(part.loc[part["status"] != OK, "status"])
-        table.add(f"{impl} (ceiling)" if impl in CEILINGS else impl, dtype, len(part), int((part["status"] == OK).sum()), pills_cell(dict(failed.most_common())),
-                  *[f(part[c].dropna()) if part[c].notna().any() else "—" for _, c, f in present])
+        # a mismatched cell's time is stored beside its verdict, never in a median with right answers;
+        # neither is a flagged cell's
+        good = part[(part["status"] == OK) & ~part["flagged"]]
+        figures = [f(src[c].dropna()) if src[c].notna().any() else "—"
+                   for _, c, f in present for src in [part if c in ("tol_ratio", "max_rel_err", "kernels") else good]]
+        table.add(f"{impl} (ceiling)" if impl in CEILINGS else impl, dtype, len(part), int((part["status"] == OK).sum()),
+                  pills_cell(dict(failed.most_common())), pills_cell(flag_counts(part)), *figures)
     return table
 
 
@@ -479,9 +518,12 @@ def _ceiling_rows(rows: pd.DataFrame, ceiling: str | None) -> list[dict]:
     """Per implementation and dtype: median, best and worst % of the case's ceiling."""
     out = []
     measured = rows.dropna(subset=["pct_of_ceiling"])
-    for (impl, dtype), part in measured.groupby(["impl", "dtype"], sort=False):
+    for (impl, dtype), every in measured.groupby(["impl", "dtype"], sort=False):
+        part = every[~every["flagged"]]  # a disturbed value is no headline
+        if part.empty:
+            continue
         best, worst = part.loc[part["pct_of_ceiling"].idxmax()], part.loc[part["pct_of_ceiling"].idxmin()]
-        out.append({"impl": impl, "dtype": dtype, "ceiling": ceiling, "n": len(part),
+        out.append({"impl": impl, "dtype": dtype, "ceiling": ceiling, "n": len(part), "left_out": len(every) - len(part),
                     "median": float(part["pct_of_ceiling"].median()),
                     "best": (best["shape"], float(best["pct_of_ceiling"])),
                     "worst": (worst["shape"], float(worst["pct_of_ceiling"]))})
@@ -491,34 +533,37 @@ def _ceiling_rows(rows: pd.DataFrame, ceiling: str | None) -> list[dict]:
 def ceiling_table(sections: list[dict]) -> Table:
     """% of each case's ceiling per implementation: the memory-bound goal is 100% of a same-size copy."""
     table = Table(["case", "dtype", "implementation", "ceiling", "% of ceiling median", "shapes",
-                   "best shape", "worst shape"])
-    table.numeric = {4, 5}
+                   "best shape", "worst shape", "flagged, left out"])
+    table.numeric = {4, 5, 8}
     for s in sections:
         for r in s["ceiling_rows"]:
             table.add(Cell(s["name"], href=f"#{s['anchor']}"), r["dtype"], r["impl"], r["ceiling"],
                       f"{r['median']:.0f}%", r["n"], f"{r['best'][0]}  ({r['best'][1]:.0f}%)",
-                      f"{r['worst'][0]}  ({r['worst'][1]:.0f}%)")
+                      f"{r['worst'][0]}  ({r['worst'][1]:.0f}%)", r["left_out"] or "—")
     return table
 
 
 def summary_table(sections: list[dict]) -> Table:
     table = Table(["case", "dtype", "implementation vs baseline", "geomean speedup", "wall-time geomean",
-                   "shapes compared", "best shape", "worst shape", "launch-bound shapes", "not compared"])
+                   "shapes compared", "best shape", "worst shape", "launch-bound shapes", "not compared",
+                   "flags in the case"])
     table.numeric = {3, 4, 5}
     for s in sections:
         link = Cell(s["name"], href=f"#{s['anchor']}")
+        flags = pills_cell(s.get("flag_counts") or {})
         if not s["pairs"]:
             failed = {k: v for k, v in s["statuses"].items() if k != OK}
             table.add(link, ", ".join(s["dtypes"]), Cell(s["unpaired"] or "—", style="color:#666"),
-                      "—", "—", "—", "—", "—", "—", pills_cell(failed))
+                      "—", "—", "—", "—", "—", "—", pills_cell(failed), flags)
         for p in s["pairs"]:
             for d in p["by_dtype"]:
                 gpu, wall = d["gpu"], d["wall"]
                 launch = [x for x in p["launch_bound"] if len(p["by_dtype"]) == 1 or x.endswith(d["dtype"])]
+                failed = dict(d["failed"], **({"flagged, left out": d["flagged"]} if d.get("flagged") else {}))
                 table.add(link, d["dtype"], p["title"], speedup_cell(gpu["geomean"]),
                           speedup_cell(wall["geomean"]), f"{gpu['n']} / {gpu['total']}",
                           shape_ratio(gpu["best"]), shape_ratio(gpu["worst"]),
                           Cell(str(len(launch)) if launch else "—", title=", ".join(launch)),
-                          pills_cell(d["failed"]))
+                          pills_cell(failed), flags)
     return table
 

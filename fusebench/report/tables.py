@@ -131,10 +131,11 @@ def shape_ratio(item) -> Cell:
 
 
 def panel_figures(frame: pd.DataFrame, value: str, label: str, layout: Layout | None, scale: hm.Scale,
-                  title: str, colorbar_label: str) -> list[dict]:
+                  title: str, colorbar_label: str, mark: str | None = None) -> list[dict]:
     """A heatmap per panel (and dtype, when several) of a placed frame.
 
-    frame has the placement columns, `dtype`, the value column and a status label column.
+    frame has the placement columns, `dtype`, the value column and a status label column; `mark`
+    names a column of flags written after the values (heatmap.heatmap's marks).
     """
     figures = []
     dtypes = list(dict.fromkeys(frame["dtype"]))
@@ -149,7 +150,8 @@ def panel_figures(frame: pd.DataFrame, value: str, label: str, layout: Layout | 
                                   title=f"{title}\n{where}" if where else title,
                                   row_title=layout.row_title if layout else "",
                                   col_title=layout.col_title if layout else "shape",
-                                  colorbar_label=colorbar_label),
+                                  colorbar_label=colorbar_label,
+                                  marks=pivot(rows, mark) if mark and mark in rows else None),
             })
     return figures
 

@@ -231,9 +231,11 @@ def test_report_shows_ceilings_as_percent_of_ceiling_not_speedup(tmp_path):
     assert "% of ceiling" in html and "eager as a fraction" not in html and "speedup of memcpy" not in html
     from fusebench.report.html import ceiling_table, case_section
 
-    soft = case_section("softmax", place(cells[cells.case_name == "softmax"])[0], None, None)
+    # the ceiling's arithmetic, whatever this machine's load flagged (flags: tests/report/test_flags.py)
+    quiet = cells[cells.case_name == "softmax"].assign(under_load=0)
+    soft = case_section("softmax", place(quiet)[0], None, None)
     [row] = soft["ceiling_rows"]
-    assert (row["impl"], row["ceiling"], row["n"]) == ("eager", "memcpy", 2)
+    assert (row["impl"], row["ceiling"], row["n"] + row["left_out"]) == ("eager", "memcpy", 2)
     assert any("% of ceiling" == b["title"] for b in soft["metrics"])
     assert "memcpy" in [c.text for r in ceiling_table([{**soft, "anchor": "a"}]).rows for c in r]
 
