@@ -178,10 +178,21 @@ def run_ceilings(db_path: str, device: str) -> tuple[str, dict]:
     return name, ceilings
 
 
+def format_value(value, unit: str) -> tuple[str, str]:
+    """(number, unit) for the terminal: four significant figures, and a rate below 1 TFLOP/s in
+    GFLOP/s (a CPU's fp32 GEMM), so that no measured ceiling prints as 0.0."""
+    if value is None:
+        return "", unit
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}", unit
+    if unit == "TFLOP/s" and abs(value) < 1:
+        value, unit = value * 1e3, "GFLOP/s"
+    return (f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"), unit
+
+
 def format_ceilings(name: str, ceilings: dict) -> list[str]:
     lines = [f"ceilings for {name}:"]
     for key, entry in ceilings.items():
-        value = entry.get("value")
-        text = "" if value is None else (f"{value:,.1f}" if isinstance(value, float) else f"{value:,}")
-        lines.append(f"  {key:<14} {text:>12} {entry.get('unit') or ''}")
+        text, unit = format_value(entry.get("value"), entry.get("unit") or "")
+        lines.append(f"  {key:<14} {text:>12} {unit}")
     return lines

@@ -96,13 +96,19 @@ def measure(case_name: str, shape, impl_names: Sequence[str], dtype_name: str, d
     return row
 
 
+VERDICT_TEXT = {"below": "below the threshold", "not below": "not below the threshold",
+                "undecided": "undecided (the interval spans the threshold)"}
+
+
 def format_row(row: dict) -> str:
-    """One shape's result as the terminal shows it (the plans on their own lines)."""
+    """One shape's result as the terminal shows it, every number labelled (the plans on their own
+    lines)."""
     a, b = row["a"], row["b"]
     if "speedup" not in row:
-        return f"{row['case']} {row['shape']:>11s} {row['verdict']}"
-    text = (f"{row['case']} {row['shape']:>11s} {a} {row['a_us']:9.3f} us  {b} {row['b_us']:9.3f} us  "
-            f"{a} {row['speedup']:.3f}x [{row['lo']:.3f}, {row['hi']:.3f}]  {row['verdict']}")
+        return f"{row['case']} {row['shape']} {row['dtype']}: {row['verdict']}"
+    text = (f"{row['case']} {row['shape']} {row['dtype']}: median {a} {row['a_us']:.3f} us, {b} {row['b_us']:.3f} us "
+            f"over {row['rounds']} rounds; speedup of {a} over {b} {row['speedup']:.3f}x, 95% interval "
+            f"[{row['lo']:.3f}, {row['hi']:.3f}]; verdict: {VERDICT_TEXT.get(row['verdict'], row['verdict'])}")
     return text + "".join(f"\n    {name}: {row[k]}" for name, k in ((a, "a_plan"), (b, "b_plan")) if row.get(k))
 
 

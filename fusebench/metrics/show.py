@@ -8,7 +8,11 @@ asked.  `print_show` renders the result with rich.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import sys
+import tempfile
 import time
 
 import torch
@@ -78,6 +82,55 @@ def fusebench_autotune_choices() -> list[dict]:
     return out
 
 
+# Progress lines the profiler's library writes to the process's stderr ("USDT:2026-.. 123:123
+# SyncActivityProfilerHandler.cpp:52] profiler_start"): not for a user's eyes.
+PROFILER_CHATTER = re.compile(r"^(USDT|INFO|STAGE):\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ \S+:\d+\] ")
+
+
+@contextlib.contextmanager
+def without_profiler_chatter():
+    """Drop the profiler library's progress lines: stderr (file descriptor 2, where C++ libraries
+    write) goes to a file meanwhile, and what else was written there is passed on afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real stderr (an embedding host): leave it alone
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if not PROFILER_CHATTER.match(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+class CannotRunHere(ValueError):
+    """`show` asked for a cell that cannot run here (bad input: one line, exit status 2)."""
+
+
+def check_runs_here(cell) -> None:
+    """Raise CannotRunHere where `cell` (a runner Cell) cannot run on its device: the runner's own
+    admission (runner.cell._admit) says unsupported or skipped."""
+    from fusebench.runner.cell import _admit
+
+    row = {"dtype": cell.dtype}
+    if _admit(cell, row, []) is None:
+        raise CannotRunHere(f"{cell.impl} cannot run {cell.case} {'x'.join(map(str, cell.shape))} {cell.dtype} on "
+                            f"{cell.device} here ({row['status']}): {row['reason']}")
+
+
 def _defined_triton_kernels(code: str) -> list[str]:
     import re
 
@@ -90,7 +143,9 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     the cell itself: it is in result["status"] / result["reason"].
 
     The cell is measured by the runner's own `measure_cell` (one seed), with every metric family;
-    then the warmed-up implementation it hands back is inspected further."""
+    then the warmed-up implementation it hands back is inspected further.  A cell that cannot run
+    here (the implementation is unavailable or refuses it, it cannot fit) raises CannotRunHere, a
+    ValueError, before anything is measured."""
     from fusebench.cases import DTYPE_NAMES, shape_str
     from fusebench.ceilings import device_name
     from fusebench.measure.timing import TimingSettings
@@ -101,8 +156,11 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     case, impl, shape, dtype = _resolve(case, impl, shape, dtype)
     keep: dict = {}
     t = time.perf_counter()
-    row = measure_cell(Cell(case.name, impl.name, shape, DTYPE_NAMES[dtype], device), timing or TimingSettings(),
-                       seeds=(0,), metrics=tuple(families), db_path=db_path, keep=keep)
+    cell = Cell(case.name, impl.name, shape, DTYPE_NAMES[dtype], device)
+    check_runs_here(cell)
+    with without_profiler_chatter():
+        row = measure_cell(cell, timing or TimingSettings(), seeds=(0,), metrics=tuple(families), db_path=db_path,
+                           keep=keep)
     CELL_DATA.clear()  # the caller's process keeps no inputs or references
     result: dict = {"cell": {"case": case.name, "impl": impl.name, "shape": shape_str(shape),
                              "dtype": row["dtype"], "device": device, "device_name": device_name(device)},
@@ -113,7 +171,7 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     ctx = keep.get("ctx")
     if ctx is None:  # not timed (unsupported, mismatch, error ...): the row says why
         return result
-    with ctx.prepared.context(), torch.no_grad():
+    with ctx.prepared.context(), torch.no_grad(), without_profiler_chatter():
         for what, look in (("kernels", _kernel_details), ("code", _generated_code), ("ncu", _ncu_details)):
             if what == "ncu" and not with_ncu:
                 continue
@@ -167,13 +225,15 @@ def _ncu_details(ctx, result: dict) -> None:
 # ----------------------------------------------------------------------------------------------
 # rendering
 
-UNITS = [("time_us", "us"), ("wall_time_us", "us"), ("graph_time_us", "us"), ("kernel_time_us", "us"),
+UNITS = [("time_us", "us"), ("time_spread", "IQR/median"), ("threads", ""), ("cpu_pressure", "share"),
+         ("load_per_cpu", ""), ("under_load", ""), ("wall_time_us", "us"), ("graph_time_us", "us"), ("kernel_time_us", "us"),
          ("ncu_time_us", "us"), ("gbps", "GB/s"), ("tflops", "TFLOP/s"), ("pct_roofline", "%"),
          ("roofline_bound", ""), ("kernels", ""), ("memsets", ""), ("memcpys", ""), ("peak_mem_bytes", "B"),
          ("footprint_bytes", "B"), ("min_bytes", "B"), ("dram_read_bytes", "B"), ("dram_write_bytes", "B"),
          ("traffic_amplification", "x"), ("sass_inst", "inst"), ("flops", "FLOP"), ("flops_counted", "FLOP"),
          ("compile_cold_s", "s"), ("compile_warm_s", "s"), ("max_abs_err", ""), ("max_rel_err", ""),
-         ("tol_ratio", "x tol"), ("graphs", ""), ("graph_breaks", ""), ("recompiles", "")]
+         ("tol_ratio", "x tol"), ("tolerance", ""), ("atol", ""), ("rtol", ""), ("err_vs_eager", "x eager's"),
+         ("graphs", ""), ("graph_breaks", ""), ("recompiles", "")]
 
 
 def _fmt(v) -> str:
@@ -260,8 +320,63 @@ def print_show(result: dict, console=None, code_lines: int | None = 200) -> None
         console.print(at)
 
     for i, code in enumerate(result.get("code", [])):
-        lines = code.splitlines()
-        text = "\n".join(lines[:code_lines]) if code_lines else code
-        console.rule(f"Inductor output code, graph {i}" + (f" (first {code_lines} of {len(lines)} lines)"
-                                                           if code_lines and len(lines) > code_lines else ""))
+        text, what = code_excerpt(code, code_lines)
+        console.rule(f"Inductor output code, graph {i}" + (f" ({what})" if what else ""))
         console.print(Syntax(text, "python", line_numbers=False, word_wrap=False))
+
+
+_KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(")
+_CALL = re.compile(r"^(\s*)def call\(")
+
+
+def _blocks(lines: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """(the kernels' definitions as (name, lines), the `call` function's lines) of Inductor's code."""
+    kernels, call, i = [], [], 0
+    while i < len(lines):
+        m, c = _KERNEL.match(lines[i]), _CALL.match(lines[i])
+        if m:  # up to the line that closes the call: the next line at column 0 ending in ")"
+            j = i + 1
+            while j < len(lines) and not (lines[j][:1] not in (" ", "\t", "") and lines[j].rstrip().endswith(")")):
+                j += 1
+            kernels.append((m.group(1), lines[i:j + 1]))
+            i = j + 1
+            continue
+        if c and not call:
+            indent, j = len(c.group(1)), i + 1
+            while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
+                j += 1
+            call = lines[i:j]
+            while call and not call[-1].strip():
+                call.pop()
+            i = j
+            continue
+        i += 1
+    return kernels, call
+
+
+def code_excerpt(code: str, limit: int | None) -> tuple[str, str]:
+    """(text, what it is) of Inductor's output code within `limit` lines: the kernels and the
+    `call` function that launches them, not the imports and helpers above them; all of it without
+    a limit or where it fits."""
+    lines = code.splitlines()
+    if not limit or len(lines) <= limit:
+        return code, ""
+    kernels, call = _blocks(lines)
+    if not kernels and not call:
+        return "\n".join(lines[:limit]), f"first {limit} of {len(lines)} lines"
+    call_budget = min(len(call), max(limit // 2, limit - sum(len(b) for _, b in kernels)))
+    budget, out = limit - call_budget, []
+    for name, block in kernels:
+        if budget <= 0:
+            out.append(f"# ... kernel {name}: {len(block)} lines not shown")
+            continue
+        out += block[:budget]
+        if len(block) > budget:
+            out.append(f"# ... {len(block) - budget} more lines of {name}")
+        budget -= len(block)
+    if call:
+        out += [""] + call[:call_budget] + ([f"# ... {len(call) - call_budget} more lines of call"]
+                                            if len(call) > call_budget else [])
+    shown = sum(1 for line in out if line and not line.startswith("# ... "))
+    return "\n".join(out), (f"its kernels and `call`, {shown} of {len(lines)} lines; imports and helpers left out; "
+                             f"--code-lines 0 shows all")

@@ -66,7 +66,8 @@ def test_runs_end_to_end_and_appends_csv(tmp_path):
     for _ in range(2):
         r = invoke("softmax", "16x40", "--impl", "eager,memcpy", "--rounds", "4", "--device", "cpu", "--csv", str(out))
         assert r.exit_code == 0, r.output
-        assert "memcpy" in r.output and " us " in r.output and "x [" in r.output
+        assert "median eager" in r.output and " us, memcpy " in r.output and "speedup of eager over memcpy" in r.output
+        assert "95% interval [" in r.output and "verdict: " in r.output
     lines = out.read_text().splitlines()
     assert lines[0] == ",".join(paired.CSV_FIELDS) and len(lines) == 3
     row = next(csv.DictReader(out.open()))
