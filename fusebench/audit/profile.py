@@ -29,7 +29,7 @@ class ProfiledKernel:
     op_seq: int | None = None  # which top-level call of that graph launched it (for extern kernels)
     ancestors: list[str] = field(default_factory=list)
     is_copy: bool = False  # a memcpy or memset
-    step: str | None = None  # the profiler step (ProfilerStep#n) it ran in
+    step: str | None = None  # the profiled step it ran in (STEP_RANGE n)
 
 
 def _ancestors(event) -> list:
@@ -60,9 +60,12 @@ def _outer_op(chain: list) -> str | None:
     return ops[-1] if ops else None
 
 
+STEP_RANGE = "fusebench audit step "  # the record_function around each profiled step
+
+
 def _steps(cpu_events) -> list[tuple[float, float, str]]:
     return sorted((float(e.time_range.start), float(e.time_range.end), e.name) for e in cpu_events
-                  if e.name.startswith("ProfilerStep#"))
+                  if e.name.startswith(STEP_RANGE))
 
 
 def _step_at(steps: list[tuple[float, float, str]], t: float) -> str | None:
@@ -98,7 +101,7 @@ def gpu_kernels(prof) -> list[ProfiledKernel]:
     cpu = sorted((e for e in events if e.device_type == DeviceType.CPU), key=lambda e: e.time_range.start)
     steps = _steps(cpu)
     device = sorted((e for e in events if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
-                     and not e.name.startswith(("ProfilerStep", GRAPH_CALL))), key=lambda e: e.time_range.start)
+                     and not e.name.startswith(("ProfilerStep", GRAPH_CALL, STEP_RANGE))), key=lambda e: e.time_range.start)
     launchers: dict[str, list] = defaultdict(list)
     for e in cpu:
         for k in getattr(e, "kernels", None) or ():
@@ -161,7 +164,7 @@ PROFILED_STEPS = 3
 
 
 def _step_of(k: ProfiledKernel) -> str | None:
-    return k.step or next((a for a in k.ancestors if a.startswith("ProfilerStep#")), None)
+    return k.step or next((a for a in k.ancestors if a.startswith(STEP_RANGE)), None)
 
 
 def median_step(kernels: list[ProfiledKernel]) -> tuple[list[ProfiledKernel], float | None]:
@@ -192,7 +195,7 @@ def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> tuple[list[P
     records a step first and discards it (its schedule's warm-up), so that its own start-up costs
     stay out of the kernels' times."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -200,10 +203,11 @@ def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> tuple[list[P
     if cuda:
         torch.cuda.synchronize(device)
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
-        for _ in range(steps + 1):
-            step()
-            if cuda:
-                torch.cuda.synchronize(device)
+        for i in range(steps + 1):
+            with record_function(f"{STEP_RANGE}{i}"):
+                step()
+                if cuda:
+                    torch.cuda.synchronize(device)
             prof.step()
     return median_step(gpu_kernels(prof) if cuda else cpu_kernels(prof))
 

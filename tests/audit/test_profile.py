@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 from torch.autograd import DeviceType
 
-from fusebench.audit.profile import gpu_kernels, median_step
+from fusebench.audit.profile import STEP_RANGE, gpu_kernels, median_step
 
 
 def _ev(name, start, end, device=DeviceType.CPU, parent=None, kernels=(), id=0, annotation=False):
@@ -16,7 +16,7 @@ def _ev(name, start, end, device=DeviceType.CPU, parent=None, kernels=(), id=0, 
 
 
 def test_device_kernels_find_their_launcher_and_graph():
-    step = _ev("ProfilerStep#1", 0, 100)
+    step = _ev(f"{STEP_RANGE}1", 0, 100)
     fn = _ev("CompiledFunction", 1, 90, parent=step)
     call = _ev("## Call CompiledFxGraph None ##", 2, 80, parent=fn)
     launch = _ev("cuLaunchKernel", 3, 4, parent=call, kernels=["triton_poi_fused_add_0"])
@@ -37,14 +37,14 @@ def test_device_kernels_find_their_launcher_and_graph():
     assert triton.graph_kind == "forward" and triton.graph_key and triton.op is None
     assert gemm.op == "aten::mm" and gemm.op_seq == 1 and gemm.graph_key == triton.graph_key
     assert outside.graph_key is None and "torch::autograd::AccumulateGrad" in outside.ancestors
-    assert {k.step for k in ks} == {"ProfilerStep#1"}
+    assert {k.step for k in ks} == {f"{STEP_RANGE}1"}
 
 
 def test_median_step_takes_each_kernels_median_and_the_span():
     from fusebench.audit.profile import ProfiledKernel
 
     def k(name, t, start, step):
-        return ProfiledKernel(name, t, start, start + t, ancestors=[f"ProfilerStep#{step}"])
+        return ProfiledKernel(name, t, start, start + t, ancestors=[f"{STEP_RANGE}{step}"])
 
     runs = [k("a", 10, 0, 1), k("b", 5, 10, 1), k("a", 90, 100, 2), k("b", 6, 190, 2), k("a", 12, 300, 3), k("b", 4, 312, 3)]
     kernels, span = median_step(runs)
