@@ -176,7 +176,8 @@ def run(
         if isolate is None:
             isolate = not _registered_here(cases, impls, [r["path"] for r in records])
         interp = interpreter.for_run(python, request, seen, isolate=isolate, ray=ray)
-        timing = _fixed_threads(timing, cluster)
+        run_device = (cluster.device if cluster else None) or device or request.get("device") or "cpu"
+        timing = _fixed_threads(timing, run_device)
         store = Store.open(path)
     except BaseException:
         ray_backend.disconnect(cluster)
@@ -198,7 +199,7 @@ def run(
         try:
             watcher = _RunWatch(store, run_id, request.get("device") or device, timing, cluster)
             watcher.sample("start")
-            with Heartbeat(store.path, run_id), _workers_skip_main():
+            with Heartbeat(store.path, run_id), _workers_skip_main(), _threads_kept():
                 if cluster:
                     ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
                 else:
@@ -215,15 +216,14 @@ def run(
         ray_backend.disconnect(cluster)
 
 
-def _fixed_threads(timing: TimingSettings, cluster) -> TimingSettings:
-    """The run's timing settings with torch's thread count fixed: as asked, else this process's
-    count; one per Ray actor on a CPU cluster (an actor holds one CPU, and its neighbours run)."""
+def _fixed_threads(timing: TimingSettings, device: str) -> TimingSettings:
+    """The run's timing settings with torch's thread count fixed: as asked, else the device's
+    default (measure.load.default_threads: one on the CPU, local workers and Ray actors alike)."""
     import dataclasses
 
     if timing.threads:
         return timing
-    threads = 1 if cluster is not None and cluster.device == "cpu" else machine_load.default_threads()
-    return dataclasses.replace(timing, threads=threads)
+    return dataclasses.replace(timing, threads=machine_load.default_threads(device))
 
 
 class _RunWatch:
@@ -283,6 +283,18 @@ def _workers_skip_main():
             main.__spec__ = spec
         else:
             del main.__spec__
+
+
+@contextlib.contextmanager
+def _threads_kept():
+    """The caller's torch thread count as it was, after cells measured in this process set theirs."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        machine_load.apply_threads(before)
 
 
 def _with_run(store: Store, run_id: int) -> pd.DataFrame:

@@ -4,8 +4,12 @@ A timing taken while other processes compete for the CPU is longer than the code
 spread need not show it: a host slowed for seconds times every repetition alike.  So:
 
 - Each run fixes torch's intra-op thread count (`TimingSettings.threads`, recorded with the run)
-  and every cell applies it in its own process, worker or Ray actor alike, so that a cell timed
-  by an actor (Ray gives an actor one CPU's worth of threads) runs as a local worker's does.
+  and every cell applies it in its own process, worker or Ray actor alike.  On the CPU the default
+  is one thread (OMP_NUM_THREADS, where set, chooses another count), as torch.utils.benchmark's
+  Timer does: a parallel region waits for its slowest thread, so with a thread per core any other
+  work on the machine stalls every call for whole scheduler ticks, and a run's times then depend
+  on its neighbours more than on its code.  On a GPU the process's own count is kept (the host's
+  threads only launch work there).
 - The run's load is sampled at its start and its end: the load averages and, where the kernel
   exposes it (Linux pressure stall information, /proc/pressure/cpu), the share of time some
   runnable task waited for a CPU.  `run_warnings` turns them into warning lines, as pyperf
@@ -50,12 +54,18 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def default_threads() -> int:
-    """The thread count a run fixes unless asked otherwise: torch's own default in this process
-    (OMP_NUM_THREADS where set, else the physical cores)."""
+def default_threads(device: str = "cpu") -> int:
+    """The thread count a run on `device` fixes unless asked otherwise (module docstring): on the
+    CPU OMP_NUM_THREADS where it is set to a positive count, else 1; on a GPU this process's."""
     import torch
 
-    return max(1, int(torch.get_num_threads()))
+    if device.startswith("cuda"):
+        return max(1, int(torch.get_num_threads()))
+    try:
+        asked = int(os.environ.get("OMP_NUM_THREADS", "").strip() or 0)
+    except ValueError:
+        asked = 0
+    return asked if asked > 0 else 1
 
 
 def apply_threads(threads: int | None) -> int:
@@ -117,7 +127,8 @@ def sample_warning(s: dict, when: str) -> str | None:
 
 def run_warnings(load_json, cells=None) -> list[str]:
     """Warning lines for a run: its start and end samples (the `load` column of its runs row) and
-    how many of its timed cells were under load (`cells`: the run's rows, a DataFrame)."""
+    how many of its timed cells were under load (`cells`: the run's rows, a DataFrame, whose
+    `threads` also says whether fewer threads would help)."""
     out = []
     try:
         record = json.loads(load_json) if isinstance(load_json, str) and load_json else (load_json or {})
@@ -134,10 +145,13 @@ def run_warnings(load_json, cells=None) -> list[str]:
             out.append(f"{busy} of {len(timed)} timed cell(s) were measured while the CPU was busy "
                        f"(some task waited for a CPU more than {PRESSURE_LIMIT:.0%} of their timing)")
     if out:
+        threads = cells["threads"].max() if cells is not None and "threads" in cells and cells["threads"].notna().any() \
+            else None
+        fewer = (f"; this run used {int(threads)} threads: with one (OMP_NUM_THREADS=1) a thread that other work "
+                 f"holds off no longer stalls every parallel region" if threads and threads > 1 else "")
         out.append("timings taken on a busy machine are longer than the code's own and change from run to run: "
-                   "rerun on a quiet machine, or with fewer threads than CPUs (OMP_NUM_THREADS=1: a thread "
-                   "that other work descheduled holds up each parallel region); `fusebench compare` "
-                   "normalises two runs by their reference workloads")
+                   "rerun on a quiet machine" + fewer + "; `fusebench compare` normalises two runs by their "
+                   "reference workloads")
     return out
 
 

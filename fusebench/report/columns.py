@@ -71,8 +71,9 @@ COLUMNS: dict[str, str] = {
     "time_samples_us": "JSON list of every repetition's time, µs (5 significant digits): what `compare` "
                        "judges a change against.",
     "time_spread": "IQR / median of the repetitions: above 0.10 the cell is flagged as too noisy to trust.",
-    "threads": "torch's intra-op threads the cell ran with: fixed per run (its timing settings hold it), in "
-               "whichever process measured the cell, Ray actors included.",
+    "threads": "torch's intra-op threads the cell ran with: fixed per run (its timing settings hold it; on the CPU "
+               "1 unless OMP_NUM_THREADS says otherwise), in whichever process measured the cell, Ray actors "
+               "included.",
     "cpu_pressure": "Share of the cell's timing (time and wall_time) during which some task waited for a CPU, from "
                     "/proc/pressure/cpu (0-1); empty where the kernel does not expose it.",
     "load_per_cpu": "The 1-minute load average over the usable CPUs at the end of the cell's timing.",

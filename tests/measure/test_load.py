@@ -48,15 +48,26 @@ def test_run_warnings_from_samples_and_cells():
                                                                                         "avg300": 9.0}}
     quiet = {"at": "end", "cpus": 2, "loadavg": [0.2, 0.2, 0.2], "cpu_pressure_pct": {"avg10": 0.0, "avg60": 1.0,
                                                                                        "avg300": 1.0}}
-    cells = pd.DataFrame({"time_us": [1.0, 2.0, None], "under_load": [1, 0, None]})
+    cells = pd.DataFrame({"time_us": [1.0, 2.0, None], "under_load": [1, 0, None], "threads": [2, 2, 2]})
     lines = load.run_warnings(json.dumps({"samples": [busy, quiet]}), cells)
     assert lines[0].startswith("at the run's start, some task waited for a CPU 35% of the last minute")
     assert lines[1].startswith("1 of 2 timed cell(s) were measured while the CPU was busy")
-    assert "OMP_NUM_THREADS=1" in lines[2]
+    assert "this run used 2 threads" in lines[2] and "OMP_NUM_THREADS=1" in lines[2]
+    assert "threads" not in load.run_warnings({"samples": [busy]}, cells.assign(threads=1))[-1]
     assert load.run_warnings(json.dumps({"samples": [quiet]}), cells.assign(under_load=0)) == []
     no_psi = {"at": "end", "cpus": 2, "loadavg": [4.0, 1.0, 1.0], "cpu_pressure_pct": None}
     assert "load average was 4.00 on 2 CPUs" in load.run_warnings({"samples": [no_psi]})[0]
     assert load.run_warnings(None) == [] and load.run_warnings("not json") == []
+
+
+def test_a_cpu_run_takes_one_thread_unless_omp_num_threads_says_otherwise(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert load.default_threads("cpu") == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert load.default_threads("cpu") == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")
+    assert load.default_threads("cpu") == 1
+    assert load.default_threads("cuda") == torch.get_num_threads()  # the host only launches work there
 
 
 def test_threads_are_applied_and_restored():
@@ -68,16 +79,19 @@ def test_threads_are_applied_and_restored():
         torch.set_num_threads(before)
 
 
-def test_a_run_records_threads_load_and_reference(db):
+def test_a_run_records_threads_load_and_reference(db, monkeypatch):
     import fusebench
     from fusebench.measure.reference import load_record
     from fusebench.measure.timing import TimingSettings
     from fusebench.store import Store
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the CPU's default: one thread
     before = torch.get_num_threads()
+    torch.set_num_threads(2)
     try:
         df = fusebench.run(["softmax"], impls=["eager"], shapes="16x32", db=db, isolate=False, metrics="none",
-                           timing=TimingSettings(warmup_ms=1, rep_ms=2, host_max_ms=5, threads=1))
+                           timing=TimingSettings(warmup_ms=1, rep_ms=2, host_max_ms=5))
+        assert torch.get_num_threads() == 2  # the caller's own count, as it was
     finally:
         torch.set_num_threads(before)
     row = df.iloc[0]
