@@ -10,6 +10,7 @@ ATen operator called by a compiled graph, or a top-level ATen operator; times ar
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from fusebench.fusion.graph import VIEWS
@@ -183,11 +184,10 @@ def median_step(kernels: list[ProfiledKernel]) -> tuple[list[ProfiledKernel], fl
     span = statistics.median(max(k.end_us for k in r) - min(k.start_us for k in r) for r in runs)
     if len(runs) < 2 or len({tuple(k.name for k in r) for r in runs}) != 1:
         return runs[-1], span
-    out = []
-    for group in zip(*runs):
-        mid = sorted(group, key=lambda k: k.time_us)[len(group) // 2]
-        out.append(ProfiledKernel(**{**mid.__dict__, "time_us": statistics.median(k.time_us for k in group)}))
-    return out, span
+    # The last step's kernels (their graph calls and start times stay those of one step), each with
+    # the median of its times over the steps.
+    return [dataclasses.replace(group[-1], time_us=statistics.median(k.time_us for k in group))
+            for group in zip(*runs)], span
 
 
 def profile_step(step, device: str, steps: int = PROFILED_STEPS) -> tuple[list[ProfiledKernel], float | None]:

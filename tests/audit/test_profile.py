@@ -44,9 +44,10 @@ def test_median_step_takes_each_kernels_median_and_the_span():
     from fusebench.audit.profile import ProfiledKernel
 
     def k(name, t, start, step):
-        return ProfiledKernel(name, t, start, start + t, ancestors=[f"{STEP_RANGE}{step}"])
+        return ProfiledKernel(name, t, start, start + t, graph_key=f"g@{step}", ancestors=[f"{STEP_RANGE}{step}"])
 
     runs = [k("a", 10, 0, 1), k("b", 5, 10, 1), k("a", 90, 100, 2), k("b", 6, 190, 2), k("a", 12, 300, 3), k("b", 4, 312, 3)]
     kernels, span = median_step(runs)
     assert [(x.name, x.time_us) for x in kernels] == [("a", 12), ("b", 5)]
+    assert {x.graph_key for x in kernels} == {"g@3"}  # one step's graph call, whichever step gave the median
     assert span == 16
