@@ -47,11 +47,9 @@ class Step:
     seed: int = 0
 
     def __post_init__(self):
+        # The inputs are differentiated as the model built them: an activation that a layer inside a
+        # network passes a gradient back to requires grad; a table (RoPE's cos and sin) does not.
         self._grads: list[torch.Tensor] | None = None
-        if self.mode == "fwd_bwd":
-            # A layer inside a network also passes gradients to its input.
-            self.inputs = tuple(a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
-                                else a for a in self.inputs)
 
     def __call__(self):
         if self.mode == "fwd":
