@@ -158,9 +158,15 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     t = time.perf_counter()
     cell = Cell(case.name, impl.name, shape, DTYPE_NAMES[dtype], device)
     check_runs_here(cell)
-    with without_profiler_chatter():
-        row = measure_cell(cell, timing or TimingSettings(), seeds=(0,), metrics=tuple(families), db_path=db_path,
-                           keep=keep)
+    from fusebench.measure.load import apply_threads, default_threads
+
+    before = torch.get_num_threads()  # the cell runs with a run's threads; the caller keeps its own
+    try:
+        with without_profiler_chatter():
+            row = measure_cell(cell, timing or TimingSettings(threads=default_threads(device)), seeds=(0,),
+                               metrics=tuple(families), db_path=db_path, keep=keep)
+    finally:
+        apply_threads(before)
     CELL_DATA.clear()  # the caller's process keeps no inputs or references
     result: dict = {"cell": {"case": case.name, "impl": impl.name, "shape": shape_str(shape),
                              "dtype": row["dtype"], "device": device, "device_name": device_name(device)},

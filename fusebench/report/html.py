@@ -221,7 +221,10 @@ def environment(info: dict, cells=None) -> list[dict]:
     if cells is not None and "git_commit" in cells and cells["git_commit"].nunique() > 1:
         counts = cells["git_commit"].value_counts()
         out[0]["items"].append(("cells by commit", ", ".join(f"{c}: {n}" for c, n in counts.items())))
-    for title, key in (("clocks", "clocks"), ("timing", "timing"), ("request", "request")):
+    reference = _reference_items(info.get("reference"))
+    if reference:
+        out.append({"title": "reference workload (µs, median)", "items": reference})
+    for title, key in (("clocks", "clocks"), ("timing", "timing"), ("precision", "precision"), ("request", "request")):
         items = decode_json(info.get(key))
         if key == "timing" and items.get("flush_l2") and "flush_mode" not in items:
             items["flush_mode"] = "zero (not recorded: runs before it was, flushed with ordinary stores)"
@@ -231,6 +234,22 @@ def environment(info: dict, cells=None) -> list[dict]:
             items["warm_call_discards"] = "False (not recorded: runs before it was kept the warm call's outputs in L2)"
         out.append({"title": title, "items": [(k, _plain(v)) for k, v in items.items() if v not in (None, "", [])]})
     return [g for g in out if g["items"]]
+
+
+def _reference_items(text) -> list[tuple[str, str]]:
+    """The reference workload's medians at each sample (measure/reference.py), or why it is missing."""
+    from fusebench.measure.reference import WORKLOADS, load_record
+
+    record = load_record(text)
+    if record is None:
+        why = decode_json(text).get("not_available")
+        return [("not available", str(why))] if why else []
+    items = [(w, str(record.get("workloads", {}).get(w, ""))) for w in WORKLOADS]
+    for s in record["samples"]:
+        items.append((f"{s.get('at')} ({s.get('time', '')})",
+                      ", ".join(f"{w} {s[w]['time_us']:,.1f} ±{100 * (s[w].get('time_spread') or 0):.0f}%"
+                                for w in WORKLOADS)))
+    return items
 
 
 def _plain(v) -> str:
