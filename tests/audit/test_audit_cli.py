@@ -83,7 +83,7 @@ def test_audit_stores_a_run_and_prints_it(db, plugin, fake_measure):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["nosuchmodel"], "unknown model 'nosuchmodel"),
     (["tiny", "--size", "batch"], "malformed size 'batch'"),
     (["tiny", "--size", "batch=two"], "size batch='two' is not an integer"),
     (["tiny", "--size", "depth=3"], "model tiny has no size 'depth'"),
