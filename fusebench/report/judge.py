@@ -242,34 +242,44 @@ def normalization(info_a: dict, info_b: dict, min_change: float, normalize: bool
         notes.append(f"the runs used different thread counts ({records['A'].get('threads')} and "
                      f"{records['B'].get('threads')}): times compared as measured, not normalised")
         return NOT_NORMALISED, refused, notes
-    factor = speed(records["B"]).index / speed(records["A"]).index
-    lo, hi = factor_bounds(records["A"], records["B"])
+    ranges = workload_ranges(records["A"], records["B"])
+    lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
     workloads = workload_ratios(records["A"], records["B"])
     parts = ", ".join(f"{w} {r:.3f}x" for w, r in workloads.items())
-    note = (f"run {info_b.get('id')}'s reference workload took {factor:.3f}x as long as run {info_a.get('id')}'s "
-            f"({parts}): B's times are divided by {factor:.3f}, known within {lo:.3f}-{hi:.3f}")
+    if max(r[0] for r in ranges.values()) <= min(r[1] for r in ranges.values()):  # the workloads agree
+        factor = speed(records["B"]).index / speed(records["A"]).index
+        how = f"B's times are divided by {factor:.3f}"
+    else:  # which of them a cell resembles is not known: no more normalisation than the range requires
+        factor = min(max(1.0, lo), hi)
+        how = (f"the workloads disagree, so B's times are divided by {factor:.3f}, the least the references "
+               f"require")
+    note = (f"run {info_b.get('id')}'s reference workload took {parts} as long as run {info_a.get('id')}'s: "
+            f"{how}, the ratio known within {lo:.3f}-{hi:.3f}")
     if hi / lo > 1.0 + min_change:
         notes.append(f"the machine's speed ratio between the runs is known only within {lo:.3f}-{hi:.3f} (the "
                      f"reference workloads' noise and disagreement): changes smaller than that are not told from it")
     return Normalization(True, factor, lo, hi, workloads, note), refused, notes
 
 
-def factor_bounds(record_a: dict, record_b: dict) -> tuple[float, float]:
-    """The range of B's reference times over A's that the references allow: over every workload and
-    every pair of samples, the bootstrap interval of the ratio of their medians (quantile ranges
-    where repetitions were not kept).  Workloads that disagree (a copy slowed, a GEMM not) widen it:
-    which of them a cell resembles is not known."""
+def workload_ranges(record_a: dict, record_b: dict) -> dict[str, tuple[float, float]]:
+    """Per workload, the range of B's reference time over A's that the references allow: over every
+    pair of samples, the bootstrap interval of the ratio of their medians (quantile ranges where
+    repetitions were not kept).  Workloads whose ranges do not overlap disagree (a copy slowed, a
+    GEMM not): then which of them a cell resembles is not known, and the whole span is the range."""
     from fusebench.measure.reference import WORKLOADS
 
-    lows, highs = [], []
+    out = {}
     for w in WORKLOADS:
+        lows, highs = [], []
         for sa in record_a["samples"]:
             for sb in record_b["samples"]:
                 c = change(sa[w], sb[w])
                 if c is not None:
                     lows.append(min(c.lo, c.ratio))
                     highs.append(max(c.hi, c.ratio))
-    return (min(lows), max(highs)) if lows else (1.0, 1.0)
+        if lows:
+            out[w] = (min(lows), max(highs))
+    return out or {"": (1.0, 1.0)}
 
 
 def _not_available(text) -> str:
