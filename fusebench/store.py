@@ -8,7 +8,9 @@ for reading, a read-only one for writing) is refused before anything is written 
 The file stays in SQLite's rollback-journal mode: every commit lands in the file itself, so a copy
 taken after a kill -9 holds every finished cell, and readers open it read-only without creating
 -wal/-shm files beside it.  A store left in WAL mode by an older writer is converted (checkpointed)
-when a writer opens it.
+when a writer opens it.  A writer killed mid-transaction leaves a hot `-journal` that a read-only
+connection cannot roll back: every open first rolls it back through a writable connection where
+the file and its directory allow it, and otherwise says how in one line.
 """
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ import sqlite3
 import stat
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import pandas as pd
 
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # the first bytes of a rollback journal with content
 
 
 class StoreError(Exception):
@@ -61,6 +65,8 @@ RUN_COLUMNS = {
     "owner_pid": "INTEGER",
     "owner_host": "TEXT",
     "heartbeat": "REAL",
+    # A random id given when the run starts: the same run in two stores (merged) has the same uid.
+    "uid": "TEXT",
 }
 
 # A running run's owner refreshes its heartbeat this often (seconds) ...
@@ -143,6 +149,14 @@ CELL_COLUMNS = {
 }
 
 CELL_KEY = ("run_id", "case_name", "impl", "shape", "dtype")
+# Columns every store fusebench has written holds (the first schema's); a table without one of
+# them is not a fusebench store's, and readers would fail on it.
+ESSENTIAL_COLUMNS = {
+    "runs": ("id", "started", "finished", "status", "git_commit", "torch", "triton", "device", "device_name",
+             "request"),
+    "cells": ("id", "run_id", "case_name", "impl", "shape", "dtype", "device", "status", "reason", "seconds",
+              "time_us"),
+}
 
 
 def add_cell_columns(columns: dict[str, str]) -> None:
@@ -175,9 +189,51 @@ def _connect_ro(path: str) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True, timeout=30)
 
 
-def _check_file(path: str, *, reading: bool) -> None:
+def _journal_left(path: str) -> str | None:
+    """The rollback journal beside `path` when it holds content (a transaction in progress, or one
+    whose writer was killed: SQLite decides which when it next reads through a writable connection)."""
+    journal = path + "-journal"
+    try:
+        with open(journal, "rb") as f:
+            return journal if f.read(len(JOURNAL_MAGIC)) == JOURNAL_MAGIC else None
+    except OSError:
+        return None
+
+
+def recover_journal(path: str) -> None:
+    """Roll back a transaction left by a killed writer: one read through a writable connection does
+    it (SQLite takes a journal for hot only when no live writer holds the file, so a transaction in
+    progress elsewhere is left alone).  Only where the file and its directory are writable; else
+    the read-only open that follows fails and `_journal_error` says what to do."""
+    journal = _journal_left(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if journal is None or _is_wal(path) or not (os.access(path, os.W_OK) and os.access(parent, os.W_OK | os.X_OK)):
+        return
+    try:
+        con = sqlite3.connect(path, timeout=30)
+        try:
+            con.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        pass  # the open that follows reports what is wrong
+
+
+def _journal_error(path: str, exc: sqlite3.Error) -> StoreError | None:
+    """The one-line refusal for a store whose killed writer's journal this process cannot roll back."""
+    journal = _journal_left(path)
+    if journal is None or "readonly" not in str(exc).replace("read-only", "readonly"):
+        return None
+    return StoreError(f"{path} holds a transaction left unfinished by a killed writer ({os.path.basename(journal)} "
+                      f"beside it) and this process cannot write there to roll it back: run any fusebench command "
+                      f"on it as a user who can write {path} and its directory (or `sqlite3 {path} "
+                      f"'PRAGMA quick_check'`); the data committed before is intact")
+
+
+def _check_file(path: str, *, reading: bool, recover: bool = True) -> None:
     """Refuse, before any write, a file that is not a sound fusebench store.  An empty (0-byte)
-    regular file is refused for reading; a writer may initialise it, as it holds nothing."""
+    regular file is refused for reading; a writer may initialise it, as it holds nothing.  A
+    journal left by a killed writer is rolled back first where the file can be written."""
     if not os.path.exists(path):
         return
     if os.path.isdir(path):
@@ -194,6 +250,8 @@ def _check_file(path: str, *, reading: bool) -> None:
     with open(path, "rb") as f:
         if f.read(16) != SQLITE_MAGIC:
             raise StoreError(f"{path} is not an SQLite database (not a fusebench store)")
+    if recover:
+        recover_journal(path)
     try:
         con = _connect_ro(path)
         try:
@@ -201,11 +259,13 @@ def _check_file(path: str, *, reading: bool) -> None:
             meta = {}
             if "fusebench_meta" in tables:
                 meta = dict(con.execute("SELECT key, value FROM fusebench_meta"))
+            columns = {t: {r[1] for r in con.execute(f"PRAGMA table_info({t})")} for t in ESSENTIAL_COLUMNS
+                       if t in tables}
             check = con.execute("PRAGMA quick_check(1)").fetchone()
         finally:
             con.close()
     except sqlite3.Error as exc:
-        raise StoreError(f"{path} is unreadable as a database: {exc}") from None
+        raise (_journal_error(path, exc) or StoreError(f"{path} is unreadable as a database: {exc}")) from None
     if check is None or check[0] != "ok":
         raise StoreError(f"{path} is corrupt ({check[0] if check else 'no integrity result'})")
     if tables and meta.get("schema") != "fusebench":
@@ -215,7 +275,23 @@ def _check_file(path: str, *, reading: bool) -> None:
     except ValueError:
         raise StoreError(f"{path} has an unreadable schema version") from None
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer fusebench (schema {version})")
+        raise StoreError(f"{path} was written by a newer fusebench (schema {version}; this one reads up to "
+                         f"{SCHEMA_VERSION}): upgrade fusebench to read it")
+    _check_tables(path, columns, reading)
+
+
+def _check_tables(path: str, columns: dict[str, set], reading: bool) -> None:
+    """A fusebench store's tables hold the columns every fusebench wrote; a reader also needs them
+    to exist (a writer creates missing ones)."""
+    for table, need in ESSENTIAL_COLUMNS.items():
+        if table not in columns:
+            if reading:
+                raise StoreError(f"{path} holds no {table} table: not a complete fusebench store")
+            continue
+        missing = [c for c in need if c not in columns[table]]
+        if missing:
+            raise StoreError(f"{path}'s {table} table lacks column(s) {', '.join(missing)}: not a table "
+                             f"fusebench wrote")
 
 
 def check_writable(path: str) -> None:
@@ -296,20 +372,21 @@ class Store:
     readonly: bool = False
 
     @classmethod
-    def open(cls, path: str, *, create: bool = True, readonly: bool | None = None) -> "Store":
+    def open(cls, path: str, *, create: bool = True, readonly: bool | None = None, recover: bool = True) -> "Store":
         """Open (and with `create`, initialise) the store at `path`.  Without `create` the store
         must exist and is opened read-only unless `readonly=False` is passed: read-only opens
-        write nothing and create no -wal/-shm files."""
+        write nothing and create no -wal/-shm files, except that a journal left by a killed writer
+        is rolled back first (unless `recover=False`: then such a store is refused)."""
         path = os.path.abspath(path)
         readonly = (not create) if readonly is None else readonly
         if not os.path.exists(path) and not create:
             raise StoreError(f"no results database at {path}")
         if readonly:
-            _check_file(path, reading=True)
+            _check_file(path, reading=True, recover=recover)
             try:
                 con = _connect_ro(path)
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot open results database {path}: {exc}") from None
+                raise (_journal_error(path, exc) or StoreError(f"cannot open results database {path}: {exc}")) from None
             return cls(path, con, readonly=True)
         check_writable(path)
         try:
@@ -374,7 +451,8 @@ class Store:
     def start_run(self, env: dict, request: dict, timing: dict) -> int:
         row = {k: v for k, v in env.items() if k in RUN_COLUMNS}
         row.update(started=now(), status="running", request=json.dumps(request), timing=json.dumps(timing),
-                   owner_pid=os.getpid(), owner_host=socket.gethostname(), heartbeat=time.time())
+                   owner_pid=os.getpid(), owner_host=socket.gethostname(), heartbeat=time.time(),
+                   uid=uuid.uuid4().hex)
         if isinstance(row.get("clocks"), dict):
             row["clocks"] = json.dumps(row["clocks"])
         with self.con:
@@ -412,11 +490,16 @@ class Store:
             raise StoreError(f"no runs in {self.path}")
         return int(row[0])
 
+    RUNS_LISTED = ("id", "started", "finished", "status", "device_name", "git_commit", "torch", "triton", "request")
+
     def runs(self) -> pd.DataFrame:
+        """One row per run (the columns RUNS_LISTED, NULL where an older store lacks one) with its
+        number of cells."""
+        have = {r[1] for r in self.con.execute("PRAGMA table_info(runs)")}
+        cols = ", ".join(f"r.{c}" if c in have else f"NULL AS {c}" for c in self.RUNS_LISTED)
         return pd.read_sql_query(
-            "SELECT r.id, r.started, r.finished, r.status, r.device_name, r.torch, r.triton, "
-            "COUNT(c.id) AS cells FROM runs r LEFT JOIN cells c ON c.run_id = r.id GROUP BY r.id ORDER BY r.id",
-            self.con)
+            f"SELECT {cols}, COUNT(c.id) AS cells FROM runs r LEFT JOIN cells c ON c.run_id = r.id "
+            "GROUP BY r.id ORDER BY r.id", self.con)
 
     # -- cells -----------------------------------------------------------------------------------
     def add_cell(self, run_id: int, cell: dict) -> None:
@@ -471,30 +554,20 @@ class Store:
                          f"a numeric column: not a value fusebench writes")
 
     # -- merging -----------------------------------------------------------------------------------
-    def merge_from(self, other: "Store") -> dict[int, int]:
-        """Copy every run of `other` (its cells included) into this store under new run ids, in one
-        transaction: all of them or, on any error, none.  Returns {old run id: new run id}.
+    def merge_from(self, other: "Store"):
+        """Copy every run of `other` (its cells included) that this store does not hold yet into it,
+        under new run ids, one transaction per run (store_merge.py).  Raises MergeRefused, writing
+        nothing, when `other` holds values no reader accepts (one line per problem).  Returns a
+        store_merge.Merged: {old id: new id} copied, {old id: id here} already present.
 
         For runs measured by separate processes into separate files (several machines, or GPUs
         with their own stores), so that one report or comparison can see them all.  Columns this
         store has and `other` lacks (an older schema) are left NULL."""
+        from fusebench import store_merge
+
         if os.path.samefile(self.path, other.path):
             raise StoreError(f"cannot merge {other.path} into itself")
-        columns = {t: [r[1] for r in other.con.execute(f"PRAGMA table_info({t})")] for t in ("runs", "cells")}
-        mine = {t: {r[1] for r in self.con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "cells")}
-        run_cols = [c for c in columns["runs"] if c in mine["runs"] and c != "id"]
-        cell_cols = [c for c in columns["cells"] if c in mine["cells"] and c not in ("id", "run_id")]
-        mapping: dict[int, int] = {}
-        with self.con:  # one transaction
-            for row in other.con.execute(f"SELECT id, {', '.join(run_cols)} FROM runs ORDER BY id").fetchall():
-                cur = self.con.execute(f"INSERT INTO runs ({', '.join(run_cols)}) VALUES ({', '.join('?' * len(run_cols))})",
-                                       row[1:])
-                mapping[row[0]] = int(cur.lastrowid)
-                cells = other.con.execute(f"SELECT {', '.join(cell_cols)} FROM cells WHERE run_id=? ORDER BY id", (row[0],))
-                self.con.executemany(
-                    f"INSERT INTO cells (run_id, {', '.join(cell_cols)}) VALUES (?, {', '.join('?' * len(cell_cols))})",
-                    ((mapping[row[0]], *cell) for cell in cells))
-        return mapping
+        return store_merge.merge(self, other)
 
 
 def default_db_path() -> str:

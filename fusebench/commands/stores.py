@@ -114,8 +114,33 @@ def report(
     with Store.open(db or default_db_path(), create=False) as store:  # read-only
         if audit_hooks.report_hook(store, runs, output, pairs):  # an audit run has a page of its own
             return
+        if pairs:
+            _check_pairs(store, runs, pairs)
         path = render_report(store, runs, output, pairs=pairs, baseline=baseline)
     out.print(f"wrote {plain(path)}", highlight=False, markup=False)
+
+
+def _check_pairs(store, runs: list[int] | None, pairs: list[tuple[str, str]]) -> None:
+    """Every side of a --pair names an implementation: a registered one, or one the runs hold (a
+    plugin's, measured elsewhere)."""
+    from fusebench.cases import UnknownName
+    from fusebench.impls import get_impl
+
+    ids = runs or [store.latest_run()]
+    for rid in ids:
+        store.run_info(rid)  # raises if absent
+    marks = ", ".join("?" * len(ids))
+    stored = sorted(r[0] for r in store.con.execute(f"SELECT DISTINCT impl FROM cells WHERE run_id IN ({marks})",
+                                                    ids))
+    for impl, base in pairs:
+        for name in (impl, base):
+            if name in stored:
+                continue
+            try:
+                get_impl(name)
+            except UnknownName:
+                raise ValueError(f"--pair {impl}/{base}: no implementation {name!r} here or in run(s) "
+                                 f"{', '.join(map(str, ids))} (measured there: {', '.join(stored) or 'none'})") from None
 
 
 @bad_input_is_exit_2
@@ -210,36 +235,88 @@ def compare(
 
 @bad_input_is_exit_2
 def runs(db: Optional[str] = typer.Option(None, help="Results database.")):
-    """List the runs in the store."""
+    """List the runs in the store: when, status, device, commit, software, what was asked for."""
     from fusebench.store import Store, default_db_path
 
     with Store.open(db or default_db_path(), create=False) as store:  # read-only
         df = store.runs()
     t = Table()
-    for col in df.columns:
-        t.add_column(as_text(col))
-    for _, r in df.iterrows():
-        t.add_row(*[as_text(v) for v in r])
+    for col in ("id", "started", "finished", "status", "device", "commit", "torch", "triton", "request", "cells"):
+        t.add_column(col, overflow="fold", justify="right" if col in ("id", "cells") else "left")
+    for r in df.itertuples(index=False):
+        t.add_row(*[as_text("" if v is None else v) for v in (
+            r.id, r.started, r.finished, r.status, r.device_name, r.git_commit, r.torch, r.triton,
+            request_summary(r.request), r.cells)])
     out.print(t)
+
+
+def _names(value, everything: str, shown: int = 3) -> str:
+    if not value:
+        return everything
+    names = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return ",".join(names[:shown]) + (f" +{len(names) - shown}" if len(names) > shown else "")
+
+
+def request_summary(text) -> str:
+    """A run's stored request in a few words: cases; implementations; shapes; dtype; mode."""
+    import json
+
+    try:
+        req = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        req = None
+    if not isinstance(req, dict):
+        return "unreadable" if text else ""
+    if req.get("kind") == "audit":  # an audit: its model, mode, dtype, sizes and backends
+        from fusebench.audit.store import audit_summary
+
+        return audit_summary(req)
+    shapes = str(req.get("shapes") or "quick")
+    if "," in shapes:
+        parts = shapes.split(",")
+        shapes = f"{parts[0]} +{len(parts) - 1} shapes"
+    words = [_names(req.get("cases"), "all cases"), _names(req.get("impls"), "default impls"), shapes[:40]]
+    if req.get("dtype"):
+        words.append(str(req["dtype"]))
+    if req.get("mode") and req.get("mode") != "fwd":
+        words.append(str(req["mode"]))
+    if req.get("plugins"):
+        words.append(f"{len(req['plugins'])} plugin(s)")
+    return "; ".join(words)
 
 
 @bad_input_is_exit_2
 def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="Stores whose runs to copy."),
           db: Optional[str] = typer.Option(None, help="Results database to copy them into (created if absent).")):
-    """Copy every run of other stores into one (new run ids), e.g. runs made by separate processes."""
+    """Copy every run of other stores into one (new run ids), e.g. runs made by separate processes.
+
+    Each source is checked whole first (a value no reader accepts is refused, one line per row, and
+    nothing is written); each run is copied in one transaction, so an interrupted merge leaves whole
+    runs; a run the store already holds is not copied again."""
     from fusebench.store import Store, default_db_path
+    from fusebench.store_merge import problem_lines, problems
 
     # check every source (opened read-only) and the destination before anything is written
     opened = []
     try:
         for src in sources:
             opened.append(Store.open(src, create=False))
+        found = [line for src in opened for line in problems(src)]
+        if found:
+            lines = problem_lines(found)
+            for line in lines[:-1]:
+                err.print(f"fusebench: error: {plain(line)}", markup=False, highlight=False, soft_wrap=True)
+            fail(f"{lines[-1]}; nothing merged (fix or delete these rows in the source first)")
         store = Store.open(db or default_db_path())
         try:
             for src in opened:
-                mapping = store.merge_from(src)
-                moved = ", ".join(f"{old} -> {new}" for old, new in mapping.items()) or "no runs"
-                out.print(f"{plain(src.path)}: runs {moved}", highlight=False, markup=False)
+                done = store.merge_from(src)
+                if done.copied or not done.present:
+                    moved = ", ".join(f"{old} -> {new}" for old, new in done.copied.items()) or "no runs"
+                    out.print(f"{plain(src.path)}: runs {moved}", highlight=False, markup=False)
+                for old, here in done.present.items():
+                    out.print(f"{plain(src.path)}: run {old} is already in {plain(store.path)} as run {here}: "
+                              f"not copied again", highlight=False, markup=False)
         finally:
             store.close()
     finally:
@@ -262,12 +339,14 @@ def standing_cmd(
     from fusebench.report.standing import (VERSUS_QUERY, copy_ceilings, load, standing, standing_lines,
                                            versus as versus_table)
 
-    if ceiling is not None and not ceiling > 0:
-        fail(f"--ceiling must be positive, got {ceiling:g}")
-    if not target > 0:
-        fail(f"--target must be positive, got {target:g}")
-    if not min_input_mib >= 0:
-        fail(f"--min-input-mib must be at least 0, got {min_input_mib:g}")
+    import math
+
+    if ceiling is not None and not (math.isfinite(ceiling) and ceiling > 0):
+        fail(f"--ceiling must be a positive number of GB/s, got {ceiling:g}")
+    if not (math.isfinite(target) and target > 0):
+        fail(f"--target must be a positive fraction, got {target:g}")
+    if not (math.isfinite(min_input_mib) and min_input_mib >= 0):
+        fail(f"--min-input-mib must be a number of MiB, at least 0, got {min_input_mib:g}")
     if versus:
         out.print(plain(versus_table(load(stores, VERSUS_QUERY))), markup=False, highlight=False, soft_wrap=True)
         return
