@@ -13,6 +13,11 @@ The containment of the local scheduler holds here too:
   was not the cell's fault: it is queued again, once (a second loss is recorded as `crashed`).
   Ray reports such a loss first as an unreachable actor; the node is declared dead only when its
   health checks fail, so the driver waits (up to VERDICT_S) for that verdict.
+A cell's time limit starts when the cell is handed to a started actor: an actor's start-up (a
+process, torch and fusebench imported, the plugins loaded, waiting for a free GPU) has its own
+limit, start_limit_s().  An actor not started within it is dropped while others run; when none
+runs, or an actor fails to start (a plugin that raises), the run stops with ActorStartError: one
+line, the run stored as interrupted, its finished cells kept for --resume.
 Each finished cell is stored at once by the driver (this process), with the host, device and
 driver version of the actor that measured it, so one run may span hosts and GPU kinds.
 
@@ -41,6 +46,23 @@ PASSED_ENV = ("TRITON_INTERPRET", "FUSEBENCH_COMMIT")
 # How long to wait for Ray's verdict on an actor that stopped answering: a node that leaves is
 # declared dead only once its health checks have failed (about 15 s with Ray's defaults).
 VERDICT_S = 60.0
+# Seconds an actor may take to start (see the module docstring); FUSEBENCH_RAY_START_S overrides it.
+ACTOR_START_S = 300.0
+
+
+def start_limit_s() -> float:
+    """The actor start-up limit: $FUSEBENCH_RAY_START_S (seconds) if set to a positive number, else
+    ACTOR_START_S."""
+    text = os.environ.get("FUSEBENCH_RAY_START_S", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return ACTOR_START_S
+    return value if value > 0 and value == value and value != float("inf") else ACTOR_START_S
+
+
+class ActorStartError(RuntimeError):
+    """No Ray actor could start to measure the run's cells: the run stops (and can be resumed)."""
 
 # Which host measured each cell.  NULL for cells measured by local workers.
 add_cell_columns({
@@ -197,6 +219,22 @@ def plugin_payload(paths: list[str]) -> list[tuple[str, str, str]]:
     return out
 
 
+def _warm_up(device: str) -> None:
+    """Measure one throwaway cell (softmax, eager, 8x8) in a fresh actor, so that what every process
+    pays before its first measurement (the modules the measurement imports, the device's context)
+    is paid in the actor's start-up, under its own limit, and not in its first cell's time."""
+    from fusebench.measure.timing import TimingSettings
+    from fusebench.runner.cell import CELL_DATA, measure_cell, worker_process
+
+    worker_process()
+    try:
+        measure_cell(Cell("softmax", "eager", (8, 8), "fp32", device),
+                     TimingSettings(warmup_ms=1, rep_ms=1, min_reps=2, max_reps=2), (0,), (), None)
+    except Exception:  # noqa: BLE001 - a warm-up only: the cells report their own failures
+        pass
+    CELL_DATA.clear()
+
+
 class CellActor:
     """Measures cells on one GPU (Ray sets CUDA_VISIBLE_DEVICES to it) or one CPU slot."""
 
@@ -229,6 +267,7 @@ class CellActor:
         self.where = dict(hostname=socket.gethostname(), device_name=env.get("device_name"),
                           driver=env.get("driver"), gpu_id=",".join(str(g) for g in gpu_ids) or None)
         self.node_id = ray.get_runtime_context().get_node_id()
+        _warm_up(device)
 
     def ready(self) -> tuple[str, dict]:
         """The Ray node this actor runs on (its liveness tells node loss from a crashing cell), and
@@ -255,6 +294,7 @@ class CellActor:
 class _Slot:
     actor: object
     ready_ref: object | None  # until the actor has started
+    created: float = field(default_factory=time.time)
     node_id: str | None = None
     where: dict = field(default_factory=dict)  # hostname, device_name, driver, gpu_id
     group: deque = field(default_factory=deque)  # cells of the case this actor is on
@@ -295,10 +335,7 @@ class RayScheduler(Scheduler):
         groups = self._groups(cells)
         plugins = plugin_payload(self.opts.plugins)
         slots = [self._new_actor(plugins) for _ in range(min(self.cluster.actors, max(len(groups), 1)))]
-        # Actors wait for free resources; a cluster that keeps none free for this long (all its
-        # nodes gone, say) stops the run instead of hanging it.
-        patience = max(self.opts.cell_timeout, 60.0)
-        last_running = time.time()
+        limit = start_limit_s()
         try:
             while True:
                 for s in slots:
@@ -306,15 +343,30 @@ class RayScheduler(Scheduler):
                         self._dispatch(s, groups)
                 if not groups and all(not s.group and s.cell is None for s in slots):
                     break  # nothing queued, nothing in flight
-                if any(s.ready_ref is None for s in slots):
-                    last_running = time.time()
-                elif time.time() - last_running > patience:
-                    raise RuntimeError(f"no Ray actor running for {patience:g} s "
-                                       f"(free in the cluster: {ray.available_resources()})")
+                self._check_starts(slots, groups, limit)
                 self._wait(slots, plugins)
         finally:
             for s in slots:
                 ray.kill(s.actor)
+
+    def _check_starts(self, slots: list[_Slot], groups: deque, limit: float) -> None:
+        """Drop an actor that has not started within `limit` seconds while others run (its case goes
+        back to the queue); with none running, stop the run (ActorStartError)."""
+        import ray
+
+        late = [s for s in slots if s.ready_ref is not None and time.time() - s.created > limit]
+        if not late:
+            return
+        if all(s.ready_ref is not None for s in slots):
+            raise ActorStartError(f"no Ray actor started within {limit:g} s (importing torch and the plugins, or "
+                                  f"waiting for a free {'GPU' if self.cluster.device == 'cuda' else 'CPU'}; "
+                                  f"free in the cluster: {_free(ray.available_resources())}); "
+                                  f"FUSEBENCH_RAY_START_S sets the limit")
+        for s in late:
+            ray.kill(s.actor)
+            if s.group:
+                groups.appendleft(s.group)
+            slots.remove(s)
 
     def _dispatch(self, s: _Slot, groups: deque) -> None:
         cell = self._take(s, groups)
@@ -349,7 +401,7 @@ class RayScheduler(Scheduler):
                     # One lost with its node, before it started, is started again elsewhere.
                     self.start_failures += 1
                     if getattr(exc, "actor_init_failed", False) or self.start_failures > 2 * len(slots) + 2:
-                        raise RuntimeError(f"Ray actor failed to start: {_last_line(exc)}") from None
+                        raise ActorStartError(f"Ray actor failed to start: {_last_line(exc)}") from None
                     self._replace(slots, s, plugins)
                 continue
             cell, elapsed = s.cell, time.time() - s.since
@@ -420,6 +472,12 @@ class RayScheduler(Scheduler):
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
 
 
+def _free(resources: dict) -> str:
+    """Ray's free resources in a few words (CPU and GPU counts)."""
+    shown = {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(shown.items())) or "none"
+
+
 def _last_line(exc: BaseException) -> str:
     """The last line of Ray's error text, without its colours: the error raised on the actor."""
     lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if ln.strip()]
@@ -433,4 +491,5 @@ def _death(exc: BaseException) -> str:
     return (detail or text)[:200]
 
 
-__all__ = ["RayOptions", "RayScheduler", "Cluster", "open_cluster", "connect", "disconnect", "ray_available", "run_env", "RAY_MISSING"]
+__all__ = ["ActorStartError", "RayOptions", "RayScheduler", "Cluster", "open_cluster", "connect", "disconnect",
+           "ray_available", "run_env", "RAY_MISSING", "start_limit_s"]

@@ -205,3 +205,47 @@ def test_ray_takes_an_optional_address():
     assert bare_ray_flag(["run", "--ray", "--shapes", "grid"]) == ["run", "--ray=local", "--shapes", "grid"]
     for address in ("auto", "ray://head:10001", "10.0.0.5:6379"):
         assert bare_ray_flag(["run", "--ray", address]) == ["run", "--ray", address]
+
+
+
+SLOW_START = str(TESTS / "faults_ray" / "slow_start.py")  # actors take 6 s to import it
+
+
+def run_slow_start(db, **kw):
+    return fusebench.run(["ray_slow_start"], impls=["eager"], db=db, plugins=[SLOW_START], device="cpu",
+                         timing=FAST, metrics="none", ray="local", **kw)
+
+
+@needs_ray
+@pytest.mark.slow
+def test_the_cell_timeout_counts_from_the_cell_not_from_the_actors_start(cluster, db):
+    """Every actor takes 6 s to start; a 3 s cell limit still stores every cell ok."""
+    t0 = time.time()
+    run_slow_start(db, cell_timeout=3)
+    assert time.time() - t0 > 6  # the actors' start-up did take that long
+    assert [(s, st) for _, s, st, *_ in stored(db)] == [("8x1", "ok"), ("8x2", "ok"), ("8x3", "ok")]
+
+
+@needs_ray
+@pytest.mark.slow
+def test_an_actor_start_beyond_its_limit_is_one_line_and_a_resumable_run(cluster, db, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fusebench.cli import app
+
+    monkeypatch.setenv("FUSEBENCH_RAY_START_S", "2")
+    t0 = time.time()
+    r = CliRunner().invoke(app, ["run", "ray_slow_start", "--plugin", SLOW_START, "--impl", "eager", "--device",
+                                 "cpu", "--metrics", "none", "--db", db, "--ray=local"])
+    assert r.exit_code == 1 and time.time() - t0 < 30, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines[0] == "run 1: 3 cells" and len(lines) == 2, r.stderr
+    assert lines[1].startswith("fusebench: error: no Ray actor started within 2 s") and "Traceback" not in r.output
+    assert f"complete it with `fusebench run --resume 1 --db {db} --plugin {SLOW_START} --ray`" in lines[1]
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM runs").fetchone()[0] == "interrupted"
+    con.close()
+    # resumable: here on local workers, where the plugin imports at once
+    r = CliRunner().invoke(app, ["run", "--resume", "1", "--plugin", SLOW_START, "--db", db, "--no-isolate"])
+    assert r.exit_code == 0, r.output
+    assert [(s, st) for _, s, st, *_ in stored(db)] == [("8x1", "ok"), ("8x2", "ok"), ("8x3", "ok")]
