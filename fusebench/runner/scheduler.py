@@ -2,7 +2,8 @@
 
 With isolation (the CLI's default) every cell runs in a worker process, one per GPU.  A worker
 that dies (segfault, illegal memory access, abort) or overruns the per-cell time limit is
-killed with its whole process group (anything it started goes too), its cell recorded as
+killed with its whole process group and every process it started, those that left the group
+included (runner/proctree.py), its cell recorded as
 `crashed` or `timeout`, and the sweep goes on on a fresh worker.  Out-of-memory is caught inside
 the worker (status `oom`); the worker is then replaced, as one whose memory has grown past a
 limit is, so that memory it leaked cannot fail the next cell.  Each finished cell is committed to
@@ -38,6 +39,7 @@ from fusebench.cases import shape_str
 from fusebench.env import git_commit
 from fusebench.measure.phases import Phases  # noqa: F401 (registers the phase_s column this process writes)
 from fusebench.measure.timing import TimingSettings
+from fusebench.runner import proctree
 from fusebench.runner.interpreter import spawning_under
 from fusebench.runner.plan import Cell
 from fusebench.store import Store, now
@@ -135,8 +137,10 @@ def _die_with_parent(parent_pid: int) -> None:
         _kill_own_group()
 
 
-def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid: int) -> None:
+def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid: int, token: str = "") -> None:
     os.setsid()  # its own process group, killed whole on timeout, crash or replacement
+    if token:  # inherited by everything it starts: found and killed with it (proctree)
+        os.environ[proctree.TOKEN_VAR] = token
     _die_with_parent(parent_pid)
     conn.send(("alive", os.getpid()))
     if gpu is not None:  # before CUDA is initialised
@@ -183,6 +187,7 @@ class _Worker:
     gpu: int | None
     proc: mp.process.BaseProcess
     conn: Connection
+    token: str = ""  # in the environment of everything it starts (proctree)
     group: deque = field(default_factory=deque)  # cells of the case this worker is on
     cell: Cell | None = None
     since: float = 0.0
@@ -193,9 +198,13 @@ class _Worker:
 
 
 def _kill(w: _Worker, grace: float = 0.0) -> None:
-    """Stop a worker and everything in its process group; reap it."""
+    """Stop a worker, everything in its process group and every process it started (those that left
+    the group too); reap it."""
     if grace:
         w.proc.join(grace)
+    # its descendants while the tree still hangs from it (a pid already reaped may be reused: then
+    # only the token finds them)
+    proctree.kill_tree(w.proc.pid if w.proc.exitcode is None else None, w.token)
     try:
         os.killpg(w.proc.pid, signal.SIGKILL)  # its group id is its pid (setsid)
     except (ProcessLookupError, PermissionError, TypeError):
@@ -203,6 +212,7 @@ def _kill(w: _Worker, grace: float = 0.0) -> None:
     if w.proc.is_alive():  # before setsid the group is not its own yet
         w.proc.kill()
     w.proc.join(5)
+    proctree.kill_tree(None, w.token)  # any re-parented when the worker died
     w.conn.close()
 
 
@@ -250,11 +260,12 @@ class Scheduler:
     def _spawn(self, gpu: int | None, failures: int = 0) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts, os.getpid()), daemon=True)
+        token = proctree.new_token()
+        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts, os.getpid(), token), daemon=True)
         with spawning_under(self.opts.interpreter):
             proc.start()
         child.close()
-        return _Worker(gpu, proc, parent, spawned=time.time(), failures=failures)
+        return _Worker(gpu, proc, parent, token=token, spawned=time.time(), failures=failures)
 
     def _replace(self, workers: list[_Worker], w: _Worker, grace: float = 0.0) -> _Worker:
         if grace:
