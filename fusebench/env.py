@@ -17,15 +17,26 @@ def git_commit() -> str | None:
     source was copied without its .git (e.g. to a lent GPU machine)."""
     if os.environ.get("FUSEBENCH_COMMIT"):
         return os.environ["FUSEBENCH_COMMIT"]
-    here = os.path.dirname(os.path.abspath(__file__))
+    return read_commit(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_commit(where: str) -> str | None:
+    """The commit checked out at `where`, read without writing to the repository: `git status` and
+    `git diff` refresh the index and may write it back (taking .git/index.lock, which fails a git
+    command running there at the same time); `git status` with optional locks off refreshes in
+    memory only and writes nothing."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+
+    def git(*args):
+        return subprocess.run(["git", "--no-optional-locks", "-C", where, *args], capture_output=True, text=True,
+                              timeout=5, env=env)
+
     try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        if out.returncode != 0:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
 

@@ -2,15 +2,19 @@
 ceilings, paired."""
 from __future__ import annotations
 
+import os
 import signal
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from fusebench.commands.common import (BASELINE_HELP, bad_input_is_exit_2, check_baseline, comma_list, err, fail,
-                                       out)
+from fusebench.commands.common import (BASELINE_HELP, bad_input_is_exit_2, check_baseline, check_device, comma_list,
+                                       err, fail, out)
 from fusebench.util import as_text, plain
+
+# paired's most rounds: each times both implementations once, so this bounds a shape's time.
+MAX_ROUNDS = 100_000
 
 
 @bad_input_is_exit_2
@@ -25,12 +29,19 @@ def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file 
         load_plugin(path)
     device = best_device()
     t = Table(title="cases", title_justify="left")
-    for col in ("case", "family", "dtype", "shape axes", "quick shapes", "grid", "definition"):
-        t.add_column(col, overflow="fold")
+    # the case as a call (what an implementation of it takes); lists wrap at their commas
+    t.add_column("case(arguments)", overflow="fold", max_width=34)
+    t.add_column("family", no_wrap=True)
+    t.add_column("dtype", no_wrap=True)
+    t.add_column("shape axes", overflow="fold", max_width=16)
+    t.add_column("quick shapes", overflow="fold", max_width=22)
+    t.add_column("grid", no_wrap=True, justify="right")
+    t.add_column("definition", overflow="fold", min_width=30)
     for c in all_cases():
         quick = c.cpu_shapes if device == "cpu" and c.cpu_shapes else c.quick_shapes
-        t.add_row(as_text(c.name), as_text(c.family), DTYPE_NAMES[c.default_dtype], as_text("x".join(c.axes)),
-                  ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)), as_text(c.description))
+        t.add_row(as_text(f"{c.name}({_arguments(c.fn)})"), as_text(c.family), DTYPE_NAMES[c.default_dtype],
+                  as_text("x".join(c.axes)), ", ".join(shape_str(s) for s in quick), str(len(c.grid_shapes)),
+                  as_text(c.description))
     out.print(t)
     t = Table(title=f"implementations (here: {device})", title_justify="left")
     for col in ("implementation", "what", "here"):
@@ -38,6 +49,16 @@ def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file 
     for impl in all_impls():
         t.add_row(as_text(impl.name), as_text(impl.description), as_text(_availability(impl, device)))
     out.print(t)
+
+
+def _arguments(fn) -> str:
+    """A case function's parameter names: what an implementation of the case takes."""
+    import inspect
+
+    try:
+        return ", ".join(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return "?"
 
 
 def _availability(impl, device: str) -> str:
@@ -102,18 +123,18 @@ def run(
     mode: str = typer.Option("fwd", help="What each cell times: fwd (the forward) | bwd (the backward alone, "
                                          "its forward run outside the timed call) | fwd_bwd (both).  The training "
                                          "modes run the differentiable cases and check every input's gradient."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (cells per case and implementation, "
+                                 "the total) and an estimated duration, then exit: nothing is measured and no "
+                                 "store is written."),
     python: Optional[str] = typer.Option(None, "--python", help="Run the workers under this Python interpreter "
                                          "(another PyTorch and Triton installed there; fusebench's dependencies "
                                          "too): the run records its versions.  A resume uses the run's own."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
-
     import fusebench
-    from fusebench.cases import shape_str
-
+    from fusebench.commands.run_support import RunProgress, resume_hint
     from fusebench.metrics import parse_metrics
+    from fusebench.runner.ray_backend import ActorStartError
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
     check_baseline(baseline)
@@ -123,6 +144,11 @@ def run(
              "--device, --mode, --flush or --no-warm-call with it (only its --plugin files)")
     if retry_failed and resume is None:
         fail("--retry-failed applies to --resume RUN_ID")
+    _check_request(impl, dtype, gpus, ray, device)
+    if dry_run:
+        if resume is not None:
+            fail("--dry-run plans a new run; give the request (cases, --impl, --shapes ...) without --resume")
+        return _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray)
     from fusebench.measure.timing import FLUSH_MODES, TimingSettings
 
     if flush not in FLUSH_MODES:
@@ -136,24 +162,7 @@ def run(
         fail("--ray-gpu-kind needs --ray")
     timing = None if resume is not None else TimingSettings.for_shapes(
         shapes, flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("eta"),
-                        TimeRemainingColumn(), console=err, transient=False)
-    state = {"task": None, "counts": {}}
-
-    def on_plan(run_id: int, n: int):
-        err.print(f"run {run_id}: {n} cells{' to resume' if resume else ''}", highlight=False)
-        state["task"] = progress.add_task("starting", total=n, counts="")
-        progress.start()  # only now: a request refused before this prints its one line alone
-
-    def on_cell(cell, row):
-        if row is None:
-            progress.update(state["task"],
-                            description=as_text(f"{cell.case} {cell.impl} {shape_str(cell.shape)} {cell.dtype}"))
-            return
-        state["counts"][row["status"]] = state["counts"].get(row["status"], 0) + 1
-        counts = as_text(" ".join(f"{k}:{v}" for k, v in sorted(state["counts"].items())))
-        progress.update(state["task"], advance=1, counts=counts)
+    progress = RunProgress(err, resume=resume is not None)
 
     # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -161,16 +170,21 @@ def run(
         try:
             df = fusebench.run(cases or None, impls=comma_list(impl), shapes=shapes, dtype=dtype, device=device, db=db,
                                plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
-                               resume=resume, on_cell=on_cell, on_plan=on_plan, metrics=metric_names, timing=timing,
-                               retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind, mode=mode,
-                               python=python)
+                               resume=resume, on_cell=progress.cell, on_plan=progress.plan, metrics=metric_names,
+                               timing=timing, retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind,
+                               mode=mode, python=python)
         finally:
-            if state["task"] is not None:
-                progress.stop()
-    except KeyboardInterrupt:
-        err.print("interrupted: finished cells are stored; complete the run with "
-                  "`fusebench run --resume RUN_ID`", highlight=False)
-        raise typer.Exit(130)
+            progress.stop()
+    except (KeyboardInterrupt, ActorStartError) as exc:
+        rid = progress.run_id
+        if rid is None:  # stopped before the run was stored: there is nothing to resume
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"fusebench: error: {exc}"
+            err.print(f"{why}; no run was stored", highlight=False, markup=False, soft_wrap=True)
+        else:
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"fusebench: error: {exc}"
+            err.print(f"{why}; run {rid}'s finished cells are stored; complete it with "
+                      f"`{resume_hint(rid, db, plugin, ray)}`", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
     from fusebench.summary import print_summary
 
     print_summary(df, out, baseline=baseline)
@@ -181,6 +195,53 @@ def run(
     if strict and len(bad):
         err.print(f"--strict: {len(bad)} cell(s) failed", highlight=False)
         raise typer.Exit(1)
+
+
+def _check_request(impl, dtype, gpus, ray, device) -> None:
+    """Values the run's options take that name nothing: refused before anything is planned.  (--gpus
+    with --device cpu runs that many workers on the CPU: the multi-worker path, testable anywhere.)"""
+    if impl is not None and not comma_list(impl):
+        fail(f"--impl {','.join(impl)!r} names no implementation: give names such as eager,triton, or default, "
+             f"peers or all")
+    if dtype is not None:
+        from fusebench.cases import parse_dtype
+
+        if not dtype.strip():
+            fail(f"--dtype {dtype!r} names no dtype: give fp32, fp16 or bf16")
+        parse_dtype(dtype)
+    if gpus is not None and ray is None:
+        if not gpus.strip():
+            fail("--gpus '' names no GPU: give all or indices such as 0,1")
+        import torch
+
+        from fusebench.api import _parse_gpus
+
+        _parse_gpus(gpus)  # the form, and indices among CUDA_VISIBLE_DEVICES
+        if device != "cpu" and not torch.cuda.is_available():
+            fail(f"--gpus {gpus}: no CUDA GPU is visible here (without --gpus a run uses the CPU)")
+
+
+def _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray) -> None:
+    """`run --dry-run`: the plan and an estimate; plugins are imported, nothing is measured or stored."""
+    from fusebench.api import _check_sizes
+    from fusebench.cases import load_plugin, plugin_record
+    from fusebench.commands.run_support import dry_run
+    from fusebench.env import best_device
+    from fusebench.runner.modes import check_mode
+    from fusebench.runner.plan import plan_cells
+    from fusebench.store import default_db_path
+
+    for path in plugin or []:
+        record = plugin_record(path)
+        load_plugin(record["path"], record["sha256"])
+    device = check_device(device or best_device())
+    if not any(s.strip() for s in shapes.split(",")):
+        fail(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
+    todo = plan_cells(cases or None, comma_list(impl), shapes, dtype, device, check_mode(mode))
+    if not todo:
+        fail("the request selects no cells")
+    _check_sizes(todo)
+    dry_run(out, todo, device, os.path.abspath(db or default_db_path()), ray)
 
 
 @bad_input_is_exit_2
@@ -202,14 +263,19 @@ def show(
     from fusebench.metrics.show import print_show, show_cell
     from fusebench.store import default_db_path
 
+    from fusebench.store import Store
+
     for path in plugin or []:
         load_plugin(path)
     c, i = get_case(case), get_impl(impl)  # validate before measuring
     s = c.normalize_shape(parse_shape(shape))
-    if dtype:
+    if dtype is not None:
         parse_dtype(dtype)
-    result = show_cell(c, i, s, dtype, device=device or best_device(), with_ncu=ncu,
-                       db_path=db or default_db_path())
+    device = check_device(device or best_device())
+    db_path = db or default_db_path()
+    if db is not None or os.path.exists(db_path):  # the store the ceilings come from must be sound
+        Store.open(db_path, create=False).close()
+    result = show_cell(c, i, s, dtype, device=device, with_ncu=ncu, db_path=db_path)
     print_show(result, out, code_lines=code_lines or None)
     if result["status"] not in ("ok", "unsupported"):
         raise typer.Exit(1)
@@ -225,7 +291,11 @@ def ceilings(
     from fusebench.env import best_device
     from fusebench.store import default_db_path
 
-    name, measured = run_ceilings(db or default_db_path(), device or best_device())
+    from fusebench.store import check_writable
+
+    device = check_device(device or best_device())
+    check_writable(db or default_db_path())  # before minutes of measuring
+    name, measured = run_ceilings(db or default_db_path(), device)
     for line in format_ceilings(name, measured):
         out.print(plain(line), highlight=False, markup=False)
 
@@ -245,9 +315,7 @@ def paired_cmd(
     """Time two implementations rep by rep in turn: the speedup with a 95% bootstrap interval.
 
     For differences that one cell's median cannot decide (a 5 us call).  Outputs are checked against the float64 reference first; exit 1 if a shape could not be timed."""
-    import os
-
-    import torch
+    import math
 
     from fusebench.cases import DTYPE_NAMES, get_case, load_plugin, parse_dtype, parse_shape, shape_str
     from fusebench.env import best_device
@@ -264,13 +332,11 @@ def paired_cmd(
         get_impl(name)
     parsed = [c.normalize_shape(parse_shape(s.strip())) for s in shapes.split(",")]
     dtype_name = DTYPE_NAMES[parse_dtype(dtype)] if dtype else DTYPE_NAMES[c.default_dtype]
-    if rounds < 2:
-        fail(f"--rounds must be at least 2, got {rounds}")
-    if not threshold > 0:
-        fail(f"--threshold must be positive, got {threshold:g}")
-    device = device or best_device()
-    if device != "cpu" and not (device.startswith("cuda") and torch.cuda.is_available()):
-        fail(f"device {device!r} is not available here: cpu" + (" or cuda" if torch.cuda.is_available() else ""))
+    if not 2 <= rounds <= MAX_ROUNDS:
+        fail(f"--rounds must be from 2 to {MAX_ROUNDS:,}, got {rounds}")
+    if not (math.isfinite(threshold) and threshold > 0):
+        fail(f"--threshold must be a positive number, got {threshold:g}")
+    device = check_device(device or best_device())
     if csv and not os.path.isdir(os.path.dirname(os.path.abspath(csv))):
         fail(f"directory {os.path.dirname(os.path.abspath(csv))} does not exist (--csv)")
     rows = []

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 # column -> description, in the order of an exported row.  Units are in the names.
 COLUMNS: dict[str, str] = {
+    # the layout of the exported row
+    "export_schema": "Version of the exported rows' layout (1 here): it changes when a column is renamed or "
+                     "removed or changes its meaning; added columns keep it.",
     # identity of the run
     "run_id": "Run the cell belongs to (`fusebench runs` lists them).",
     "run_started": "When the run started (local time, ISO 8601).",

@@ -2,7 +2,9 @@
 
 Exported rows carry their run's identity (device, torch, Triton, commit) and a numeric column per
 shape axis (`with_run_columns`), so that files from two machines can be told apart and filtered by
-size.  What each column means: report/columns.py, docs/columns.md, `fusebench results --describe`.
+size, and the version of their layout (`export_schema`, first), so that a reader can tell which
+layout a file has.  What each column means: report/columns.py, docs/columns.md, `fusebench results
+--describe`.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ import pandas as pd
 from fusebench.report.columns import AXIS_PREFIX, RUN_FIELDS
 
 FORMATS = ("csv", "json", "parquet")
+# The layout of exported rows: raised when a column is renamed or removed or changes its meaning
+# (a column added keeps it).  Every exported row carries it in SCHEMA_COLUMN.
+EXPORT_SCHEMA = 1
+SCHEMA_COLUMN = "export_schema"
 # Columns that hold JSON text in the store; the JSON export nests them as objects.
 JSON_COLUMNS = ("na", "kernel_names", "clocks", "timing", "request", "time_samples_us")
 
@@ -42,7 +48,8 @@ def with_run_columns(rows: pd.DataFrame, info: dict | None) -> pd.DataFrame:
             dims.setdefault(AXIS_PREFIX + axis, [None] * len(out))[i] = v
     for col, values in dims.items():
         out[col] = pd.array(values, dtype="Int64")
-    first = ["run_id", *RUN_FIELDS]
+    out[SCHEMA_COLUMN] = EXPORT_SCHEMA
+    first = [SCHEMA_COLUMN, "run_id", *RUN_FIELDS]
     after_shape = list(dims)
     rest = [c for c in out.columns if c not in first and c not in after_shape]
     at = rest.index("shape") + 1 if "shape" in rest else len(rest)
@@ -61,6 +68,9 @@ def export(df: pd.DataFrame, fmt: str, path_or_stdout: str | IO | None = None) -
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
         raise ExportError("parquet needs pyarrow: pip install pyarrow (or export csv or json)")
+    if SCHEMA_COLUMN not in df.columns:
+        df = df.copy()
+        df.insert(0, SCHEMA_COLUMN, EXPORT_SCHEMA)
     data = _encode(df, fmt)
     target = sys.stdout if path_or_stdout in (None, "-") else path_or_stdout
     if isinstance(target, str):
