@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from fusebench.cli import app
@@ -232,6 +233,23 @@ def test_a_timed_out_cell_leaves_no_process_behind(faulty_sweep):
     assert not alive(worker) and not alive(child)
 
 
+@pytest.mark.slow
+def test_a_helper_that_left_the_process_group_is_killed_with_its_timed_out_cell(tmp_path):
+    # one helper in a session of its own, one re-parented away from the worker: both go
+    db, state = str(tmp_path / "fb.db"), tmp_path / "state"
+    state.mkdir()
+    r = run_cli("run", "softmax", "--shapes", "8x8", "--plugin", fault("escaping_helper.py"), "--impl",
+                "escapes-session", "--db", db, "--metrics", "none", "--cell-timeout", "10",
+                env={"FB_FAULT_DIR": str(state)})
+    assert r.returncode == 0, r.stderr
+    assert [st for _, _, st, _ in cells(db)] == ["timeout"]
+    worker, helper, orphan = map(int, (state / "helper_pids").read_text().split())
+    deadline = time.time() + 5
+    while time.time() < deadline and any(map(alive, (worker, helper, orphan))):
+        time.sleep(0.1)
+    assert not any(map(alive, (worker, helper, orphan)))
+
+
 def test_kill_9_of_the_main_process_takes_its_workers_along(tmp_path):
     db, state = str(tmp_path / "fb.db"), tmp_path / "state"
     state.mkdir()
@@ -296,20 +314,36 @@ def _corrupt(src, dst):
     open(dst, "wb").write(bytes(data))
 
 
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    """A store holding one finished run of a plugin case, made once for the module: copied, never used."""
+    db = str(tmp_path_factory.mktemp("one_run") / "fb.db")
+    r = invoke("run", "marked", "--plugin", fault("marks_import.py"), "--impl", "eager", "--db", db, "--no-isolate",
+               "--metrics", "none")
+    assert r.exit_code == 0, r.output
+    return db
+
+
 @pytest.fixture
-def stores(tmp_path, stored_run):
+def stores(tmp_path, one_run):
     """A good store and hostile ones beside it, each in its own directory."""
     made = {}
-    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other", "mistyped"):
+    for name in ("good", "corrupt", "truncated", "empty", "garbage", "immutable", "other", "mistyped", "metaonly",
+                 "nocols", "future"):
         d = tmp_path / name
         d.mkdir()
         made[name] = str(d / "fb.db")
-    for name in ("good", "immutable", "other", "mistyped"):
+    stored_run = str(tmp_path / "fb.db")
+    shutil.copy(one_run, stored_run)
+    for name in ("good", "immutable", "other", "mistyped", "metaonly", "nocols", "future"):
         shutil.copy(stored_run, made[name])
-    con = sqlite3.connect(made["mistyped"])  # text where numbers belong (SQLite keeps it)
-    with con:
-        con.execute("UPDATE cells SET time_us='fast', wall_time_us='[bold]x' WHERE id=1")
-    con.close()
+    for name, change in (("mistyped", "UPDATE cells SET time_us='fast', wall_time_us='[bold]x' WHERE id=1"),
+                         ("metaonly", "DROP TABLE cells; DROP TABLE runs"),  # only fusebench_meta is left
+                         ("nocols", "ALTER TABLE runs DROP COLUMN device_name; ALTER TABLE runs DROP COLUMN status"),
+                         ("future", "UPDATE fusebench_meta SET value='99' WHERE key='schema_version'")):
+        con = sqlite3.connect(made[name])
+        con.executescript(change)
+        con.close()
     _corrupt(stored_run, made["corrupt"])
     data = open(stored_run, "rb").read()
     open(made["truncated"], "wb").write(data[:len(data) // 3 + 100])
@@ -332,14 +366,16 @@ def stores(tmp_path, stored_run):
 
 READERS = [("results", "--db", "{db}"), ("runs", "--db", "{db}"), ("report", "--db", "{db}", "-o", "{out}/r.html"),
            ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html"), ("merge", "{db}", "--db", "{out}/m.db"),
-           ("overhead", "{db}")]
+           ("overhead", "{db}"), ("show", "softmax", "--shape", "8x8", "--impl", "eager", "--db", "{db}")]
+SHOW = ("show", "softmax", "--shape", "8x8", "--impl", "eager")
 RUN = ("run", "marked", "--plugin", fault("marks_import.py"), "--impl", "eager", "--no-isolate", "--metrics", "none",
        "--db", "{db}")
 
 BAD_INPUTS = (
     # every command on every hostile store
-    [(kind, args) for kind in ("corrupt", "truncated", "empty", "garbage") for args in READERS]
-    + [(kind, RUN) for kind in ("corrupt", "truncated", "garbage")]  # `run` may initialise an empty file
+    [(kind, args) for kind in ("corrupt", "truncated", "empty", "garbage", "metaonly", "nocols", "future")
+     for args in READERS]
+    + [(kind, RUN) for kind in ("corrupt", "truncated", "garbage", "nocols", "future")]  # `run` may initialise an empty file
     # the commands that read cells, on a store with text in numeric columns
     + [("mistyped", args) for args in READERS if args[0] in ("results", "report", "compare", "overhead")]
     + [("mistyped", ("results", "--format", "json", "--db", "{db}"))]
@@ -366,6 +402,36 @@ BAD_INPUTS = (
        ("good", ("overhead", "{db}", "--run", "99")),
        ("good", ("overhead", "{db}", "--db", "{corrupt}")),
        ("good", ("merge", "{db}", "--db", "{db}"))]
+    # a source holding values no reader accepts: refused whole, nothing written
+    + [("good", ("merge", "{mistyped}", "--db", "{db}"))]
+    # absurd ranges and bounds, refused before anything is expanded or run
+    + [("good", ("report", "--run", "1-99999999999", "--db", "{db}", "-o", "{out}/r.html")),
+       ("good", ("report", "--run", "99999999999999999999", "--db", "{db}", "-o", "{out}/r.html")),
+       ("good", ("paired", "softmax", "8x8", "--impl", "eager,inductor", "--rounds", "99999999999999999999")),
+       ("good", ("paired", "softmax", "8x8", "--impl", "eager,inductor", "--threshold", "inf")),
+       ("good", ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html", "--fail-above", "nan")),
+       ("good", ("compare", "1", "1", "--db", "{db}", "-o", "{out}/c.html", "--fail-above", "-5")),
+       ("good", ("standing", "{db}", "--ceiling", "inf")),
+       ("good", ("standing", "{db}", "--target", "nan"))]
+    # devices that do not exist here
+    + [("good", ("ceilings", "--device", "tpu", "--db", "{db}")), ("good", (*SHOW, "--device", "tpu")),
+       ("good", ("paired", "softmax", "8x8", "--impl", "eager,inductor", "--device", "tpu")),
+       ("good", ("run", "softmax", "--device", "tpu", "--db", "{db}", "--dry-run"))]
+    # values that name nothing
+    + [("good", ("run", "softmax", "--impl", ",", "--db", "{db}", "--no-isolate")),
+       ("good", ("run", "softmax", "--dtype", "", "--db", "{db}", "--no-isolate")),
+       ("good", ("run", "softmax", "--gpus", "", "--db", "{db}", "--no-isolate")),
+       ("good", ("report", "--pair", "eager/nosuch", "--db", "{db}", "-o", "{out}/r.html")),
+       ("good", ("report", "--pair", "nosuch", "--db", "{db}", "-o", "{out}/r.html")),
+       ("good", ("run", "softmax", "--impl", "my-softmax", "--db", "{db}", "--no-isolate")),
+       ("good", ("run", "sofmax", "--db", "{db}", "--dry-run")),
+       ("good", ("run", "--resume", "1", "--db", "{db}", "--dry-run"))]
+    + ([("good", ("run", "softmax", "--gpus", "0", "--db", "{db}", "--no-isolate"))]
+       if not torch.cuda.is_available() else [])
+    # usage errors the option parser finds: one line, not a usage box
+    + [("good", ("run", "--cell-timeout", "abc", "--db", "{db}")), ("good", ("results", "--run", "abc", "--db", "{db}")),
+       ("good", ("compare", "abc", "1", "--db", "{db}")), ("good", ("run", "--no-such-option", "--db", "{db}")),
+       ("good", ("nosuchcommand",)), ("good", ("show", "--db", "{db}")), ("good", ("merge", "--db", "{db}"))]
 )
 
 
@@ -373,8 +439,8 @@ BAD_INPUTS = (
 def test_bad_input_is_one_line_exit_2_and_changes_no_byte(stores, kind, args):
     db = stores[kind]
     out = os.path.dirname(stores["other"])
-    argv = [a.format(db=db, out=out, good=stores["good"], empty=stores["empty"], corrupt=stores["corrupt"])
-            for a in args]
+    argv = [a.format(db=db, out=out, good=stores["good"], empty=stores["empty"], corrupt=stores["corrupt"],
+                     mistyped=stores["mistyped"]) for a in args]
     watched = {p: sha(p) for p in stores.values()}
     listing = {d: sorted(os.listdir(d)) for d in map(os.path.dirname, stores.values())}
     r = invoke(*argv)
