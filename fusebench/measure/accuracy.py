@@ -226,7 +226,8 @@ def tolerance_policy(tol: tuple[float, float], grad_tol: tuple[float, float], dt
     if (atol, rtol) == tuple(tol):
         text = f"tolerance atol {atol:g}, rtol {rtol:g} (the case's own, which allows TF32): {yes}"
     else:
-        text = f"TF32 tolerance (atol {atol:g}, rtol {rtol:g}) instead of fp32's (atol {tol[0]:g}, rtol {tol[1]:g}): {yes}"
+        text = (f"TF32 tolerance (atol {atol:g}, rtol {rtol:g}) instead of fp32's (atol {tol[0]:g}, "
+                f"rtol {tol[1]:g}): {yes}")
     return Tolerance(atol, rtol, grad=grad, kind="tf32", note=text)
 
 

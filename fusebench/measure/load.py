@@ -145,8 +145,8 @@ def run_warnings(load_json, cells=None) -> list[str]:
             out.append(f"{busy} of {len(timed)} timed cell(s) were measured while the CPU was busy "
                        f"(some task waited for a CPU more than {PRESSURE_LIMIT:.0%} of their timing)")
     if out:
-        threads = cells["threads"].max() if cells is not None and "threads" in cells and cells["threads"].notna().any() \
-            else None
+        known = cells is not None and "threads" in cells and cells["threads"].notna().any()
+        threads = cells["threads"].max() if known else None
         fewer = (f"; this run used {int(threads)} threads: with one (OMP_NUM_THREADS=1) a thread that other work "
                  f"holds off no longer stalls every parallel region" if threads and threads > 1 else "")
         out.append("timings taken on a busy machine are longer than the code's own and change from run to run: "

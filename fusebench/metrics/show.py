@@ -232,7 +232,8 @@ def _ncu_details(ctx, result: dict) -> None:
 # rendering
 
 UNITS = [("time_us", "us"), ("time_spread", "IQR/median"), ("threads", ""), ("cpu_pressure", "share"),
-         ("load_per_cpu", ""), ("under_load", ""), ("wall_time_us", "us"), ("graph_time_us", "us"), ("kernel_time_us", "us"),
+         ("load_per_cpu", ""), ("under_load", ""),
+         ("wall_time_us", "us"), ("graph_time_us", "us"), ("kernel_time_us", "us"),
          ("ncu_time_us", "us"), ("gbps", "GB/s"), ("tflops", "TFLOP/s"), ("pct_roofline", "%"),
          ("roofline_bound", ""), ("kernels", ""), ("memsets", ""), ("memcpys", ""), ("peak_mem_bytes", "B"),
          ("footprint_bytes", "B"), ("min_bytes", "B"), ("dram_read_bytes", "B"), ("dram_write_bytes", "B"),

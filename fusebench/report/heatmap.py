@@ -206,6 +206,10 @@ def sparse(values: pd.DataFrame, statuses: pd.DataFrame | None = None) -> bool:
     return 0 < n <= SPARSE_MAX_SHAPES and n <= SPARSE_MAX_FILL * filled.size and min(values.shape) > 1
 
 
+def _at(frame: pd.DataFrame | None, r, c):
+    return frame.at[r, c] if frame is not None and r in frame.index and c in frame.columns else None
+
+
 def bars(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *, title: str, row_title: str,
          col_title: str, colorbar_label: str, marks: pd.DataFrame | None = None) -> str:
     """The filled cells of a sparse grid as a list, one bar per shape ("row × col"), coloured and
@@ -214,8 +218,7 @@ def bars(values: pd.DataFrame, statuses: pd.DataFrame | None, scale: Scale, *, t
     for r in values.index:
         for c in values.columns:
             v = values.at[r, c]
-            status = statuses.at[r, c] if statuses is not None and r in statuses.index and c in statuses.columns else None
-            mark = marks.at[r, c] if marks is not None and r in marks.index and c in marks.columns else None
+            status, mark = _at(statuses, r, c), _at(marks, r, c)
             if not isinstance(status, str) and (v is None or not np.isfinite(v)):
                 continue
             entries.append((f"{r} × {c}" if str(r) else str(c), v, status if isinstance(status, str) else None, mark))

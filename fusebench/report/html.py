@@ -471,8 +471,9 @@ def impl_table(rows: pd.DataFrame) -> Table:
         good = part[(part["status"] == OK) & ~part["flagged"]]
         figures = [f(src[c].dropna()) if src[c].notna().any() else "—"
                    for _, c, f in present for src in [part if c in ("tol_ratio", "max_rel_err", "kernels") else good]]
-        table.add(f"{impl} (ceiling)" if impl in CEILINGS else impl, dtype, len(part), int((part["status"] == OK).sum()),
-                  pills_cell(dict(failed.most_common())), pills_cell(flag_counts(part)), *figures)
+        table.add(f"{impl} (ceiling)" if impl in CEILINGS else impl, dtype, len(part),
+                  int((part["status"] == OK).sum()), pills_cell(dict(failed.most_common())),
+                  pills_cell(flag_counts(part)), *figures)
     return table
 
 
@@ -542,7 +543,8 @@ def _ceiling_rows(rows: pd.DataFrame, ceiling: str | None) -> list[dict]:
         if part.empty:
             continue
         best, worst = part.loc[part["pct_of_ceiling"].idxmax()], part.loc[part["pct_of_ceiling"].idxmin()]
-        out.append({"impl": impl, "dtype": dtype, "ceiling": ceiling, "n": len(part), "left_out": len(every) - len(part),
+        out.append({"impl": impl, "dtype": dtype, "ceiling": ceiling, "n": len(part),
+                    "left_out": len(every) - len(part),
                     "median": float(part["pct_of_ceiling"].median()),
                     "best": (best["shape"], float(best["pct_of_ceiling"])),
                     "worst": (worst["shape"], float(worst["pct_of_ceiling"]))})

@@ -14,7 +14,8 @@ from fusebench.measure import load
 
 def test_read_pressure_parses_the_some_line(tmp_path):
     f = tmp_path / "cpu"
-    f.write_text("some avg10=6.74 avg60=4.52 avg300=2.20 total=14355449\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    f.write_text("some avg10=6.74 avg60=4.52 avg300=2.20 total=14355449\n"
+                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
     assert load.read_pressure(str(f)) == {"avg10": 6.74, "avg60": 4.52, "avg300": 2.2, "total": 14355449}
     assert load.read_pressure(str(tmp_path / "absent")) is None
     f.write_text("garbage\n")

@@ -16,16 +16,15 @@ from fusebench.metrics.show import PROFILER_CHATTER, code_excerpt, without_profi
 
 runner = CliRunner()
 
-INDUCTOR_CODE = "\n".join(
-    ["# AOT ID: ['0_inference']"] + [f"import module_{i}" for i in range(40)] + ["", "async_compile = AsyncCompile()", ""]
-    + ["cpp_fused__softmax_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''"]
-    + [f"    kernel line {i};" for i in range(30)] + ["''')", "", "async_compile.wait(globals())", "",
-                                                        "class Runner:", "    def call(self, args):",
-                                                        "        arg0_1, = args",
-                                                        "        cpp_fused__softmax_0(arg0_1, buf0)",
-                                                        "        return (buf0, )", "",
-                                                        "runner = Runner(partitions=[])", "call = runner.call"]
-    + [f"# benchmark helper {i}" for i in range(20)])
+PREAMBLE = (["# AOT ID: ['0_inference']"] + [f"import module_{i}" for i in range(40)]
+            + ["", "async_compile = AsyncCompile()"])
+KERNEL = (["cpp_fused__softmax_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''"]
+          + [f"    kernel line {i};" for i in range(30)] + ["''')"])
+CALL = ["class Runner:", "    def call(self, args):", "        arg0_1, = args",
+        "        cpp_fused__softmax_0(arg0_1, buf0)", "        return (buf0, )", "", "runner = Runner(partitions=[])",
+        "call = runner.call"]
+INDUCTOR_CODE = "\n".join(PREAMBLE + [""] + KERNEL + ["", "async_compile.wait(globals())", ""] + CALL
+                          + [f"# benchmark helper {i}" for i in range(20)])
 
 
 def test_code_excerpt_shows_kernels_and_call_not_imports():
