@@ -425,7 +425,9 @@ BAD_INPUTS = (
        ("good", ("report", "--pair", "nosuch", "--db", "{db}", "-o", "{out}/r.html")),
        ("good", ("run", "softmax", "--impl", "my-softmax", "--db", "{db}", "--no-isolate")),
        ("good", ("run", "sofmax", "--db", "{db}", "--dry-run")),
-       ("good", ("run", "--resume", "1", "--db", "{db}", "--dry-run"))]
+       ("good", ("run", "--resume", "1", "--db", "{db}", "--dry-run")),
+       ("good", ("run", "softmax", "--flush", "wipe", "--db", "{db}", "--dry-run")),
+       ("good", ("run", "softmax", "--cell-timeout", "-3", "--db", "{db}", "--dry-run"))]
     + ([("good", ("run", "softmax", "--gpus", "0", "--db", "{db}", "--no-isolate"))]
        if not torch.cuda.is_available() else [])
     # usage errors the option parser finds: one line, not a usage box

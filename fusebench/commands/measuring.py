@@ -2,6 +2,7 @@
 ceilings, paired."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 from typing import List, Optional
@@ -145,10 +146,6 @@ def run(
     if retry_failed and resume is None:
         fail("--retry-failed applies to --resume RUN_ID")
     _check_request(impl, dtype, gpus, ray, device)
-    if dry_run:
-        if resume is not None:
-            fail("--dry-run plans a new run; give the request (cases, --impl, --shapes ...) without --resume")
-        return _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray)
     from fusebench.measure.timing import FLUSH_MODES, TimingSettings
 
     if flush not in FLUSH_MODES:
@@ -160,6 +157,12 @@ def run(
             fail(RAY_MISSING)
     elif ray_gpu_kind:
         fail("--ray-gpu-kind needs --ray")
+    if dry_run:
+        if resume is not None:
+            fail("--dry-run plans a new run; give the request (cases, --impl, --shapes ...) without --resume")
+        if not (math.isfinite(cell_timeout) and cell_timeout > 0):
+            fail(f"--cell-timeout {cell_timeout:g}: must be a positive number of seconds")
+        return _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray)
     timing = None if resume is not None else TimingSettings.for_shapes(
         shapes, flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
     progress = RunProgress(err, resume=resume is not None)
@@ -315,8 +318,6 @@ def paired_cmd(
     """Time two implementations rep by rep in turn: the speedup with a 95% bootstrap interval.
 
     For differences that one cell's median cannot decide (a 5 us call).  Outputs are checked against the float64 reference first; exit 1 if a shape could not be timed."""
-    import math
-
     from fusebench.cases import DTYPE_NAMES, get_case, load_plugin, parse_dtype, parse_shape, shape_str
     from fusebench.env import best_device
     from fusebench.impls import get_impl
