@@ -3,7 +3,8 @@
 A source is checked whole before anything is written: a value no reader accepts (text in a numeric
 column, a shape, status, dtype, device or mode fusebench never writes, a cell whose run row is
 missing) is a problem, and a source with any problem is refused with one line per problem.  Runs
-are then copied one transaction each, so an interrupted merge leaves whole runs only.  A run the
+are then copied one transaction each (an audit run with its audit rows), so an interrupted merge
+leaves whole runs only.  A run the
 target already holds (the same uid, given when the run started; for a run stored without one, the
 same start, host, owner process, request and cells) is not copied again.
 """
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 CELL_STATUSES = ("ok", "mismatch", "oom", "error", "unsupported", "skipped", "crashed", "timeout")
 RUN_STATUSES = ("running", "done", "interrupted", "failed")
 DTYPES = ("fp32", "fp16", "bf16")
-DEVICES = ("cpu", "cuda")
+DEVICES = ("cpu", "cuda", "cuda:N")
+DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,4})?")
 MODES = ("fwd", "bwd", "fwd_bwd")
 SHAPE = re.compile(r"[0-9]{1,19}(x[0-9]{1,19})*")
 # What tells a run stored without a uid from another (with its cells): the same values in two
@@ -89,7 +91,7 @@ def _cell_label(v: dict) -> str:
 _TEXT_RULES = {
     "runs": {"status": RUN_STATUSES},
     "cells": {"case_name": None, "impl": None, "shape": None, "status": CELL_STATUSES, "dtype": DTYPES,
-              "requested_dtype": DTYPES, "device": DEVICES, "mode": MODES},
+              "requested_dtype": DTYPES, "device": None, "mode": MODES},
 }
 _NULLABLE = {("runs", "status"), ("cells", "requested_dtype"), ("cells", "mode")}
 
@@ -104,6 +106,8 @@ def _text_faults(table: str, values: dict, checked: list[str]) -> list[str]:
             faults.append(f"no {c}" if v is None or isinstance(v, str) else f"{_quote(v)} in {c} (a text column)")
         elif c == "shape" and not SHAPE.fullmatch(v):
             faults.append(f"shape {_quote(v)} (not integers joined by x)")
+        elif c == "device" and not DEVICE.fullmatch(v):
+            faults.append(f"device {_quote(v)} (not one of {', '.join(DEVICES)})")
         elif allowed is not None and v not in allowed:
             faults.append(f"{c} {_quote(v)} (not one of {', '.join(allowed)})")
     return faults
@@ -139,6 +143,8 @@ def merge(target, source) -> Merged:
     """Copy `source`'s runs into `target`, one transaction per run, after checking it whole
     (MergeRefused, nothing written, where `problems` finds any).  Runs already in `target` are left
     out."""
+    from fusebench.audit.store import copy_audit_rows
+
     found = problems(source)
     if found:
         raise MergeRefused(problem_lines(found))
@@ -163,6 +169,7 @@ def merge(target, source) -> Merged:
             target.con.executemany(
                 f"INSERT INTO cells (run_id, {', '.join(cell_cols)}) VALUES (?, {', '.join('?' * len(cell_cols))})",
                 ((new_id, *cell) for cell in cells))
+            copy_audit_rows(source.con, run_id, target.con, new_id)  # an audit run's rows (none for cells)
         here[key] = new_id
         done.copied[run_id] = new_id
     return done

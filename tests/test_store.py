@@ -82,6 +82,20 @@ def test_merge_copies_runs_under_new_ids_once(tmp_path):
         dst.merge_from(Store.open(str(tmp_path / "a.db")))
 
 
+def test_merge_copies_an_audit_runs_rows_with_it(tmp_path):
+    from fusebench.audit.store import _ensure_tables
+
+    dst = _store_with_run(tmp_path / "a.db", 1.0)
+    src = _store_with_run(tmp_path / "b.db", 2.0)
+    with src.con:
+        _ensure_tables(src.con)
+        src.con.execute("INSERT INTO audits (run_id) VALUES (1)")
+        src.con.executemany("INSERT INTO audit_steps (run_id) VALUES (1)", [(), ()])
+    assert dst.merge_from(src).copied == {1: 2}
+    assert dst.con.execute("SELECT run_id FROM audits").fetchall() == [(2,)]
+    assert dst.con.execute("SELECT run_id FROM audit_steps").fetchall() == [(2,), (2,)]
+
+
 def test_merge_refuses_a_source_readers_would_refuse_and_writes_nothing(tmp_path):
     dst = _store_with_run(tmp_path / "a.db", 1.0)
     dst.close()
