@@ -229,3 +229,27 @@ def test_the_python_api_stores_and_returns_the_audit(db, plugin, fake_measure):
     with pytest.raises(ValueError, match="unknown model"):
         fusebench.audit_model("nosuch", db=str(db) + ".2", device="cpu")
     assert not os.path.exists(str(db) + ".2")
+
+
+def test_runs_lists_an_audit_by_what_it_measured(db, monkeypatch):
+    from fusebench.commands import common
+
+    monkeypatch.setattr(common.out, "width", 400)  # the request on one line
+    store_cells_run(db)
+    store_audit(db, synthetic_audit())
+    r = invoke("runs", "--db", db)
+    assert r.exit_code == 0, r.output
+    assert "audit tiny-llama fwd_bwd bf16 batch=1 tokens=128: eager, inductor" in r.output
+
+
+def test_merge_carries_an_audit_with_its_rows(db, tmp_path):
+    result = synthetic_audit()
+    store_audit(db, result)
+    target = str(tmp_path / "all.db")
+    store_cells_run(target)
+    r = invoke("merge", db, "--db", target)
+    assert r.exit_code == 0, r.output
+    r = invoke("results", "--run", 2, "--db", target, "--format", "json")
+    assert r.exit_code == 0, r.output
+    exported = json.loads(r.output)
+    assert exported.pop("run_id") == 2 and exported == json.loads(json.dumps(result.as_dict()))
