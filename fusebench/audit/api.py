@@ -71,7 +71,7 @@ def parse_sizes(items: str | Sequence[str] | dict | None) -> dict[str, int]:
 
 def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=None,
                   device: str | None = None, compile_modes: str | Sequence[str] = ("default",),
-                  baseline: str = "eager", plugins: Sequence[str] = (), ncu: bool = False,
+                  baseline: str = "eager", plugins: Sequence[str] = (),
                   catalog: bool = True, compile_time: bool = True,
                   timeout_s: float = AuditRequest.timeout_s) -> tuple[AuditRequest, list[dict]]:
     """The request, checked whole (see the module docstring), and the plugin files' records (path
@@ -93,8 +93,6 @@ def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, si
     device = _check_device(device or best_device())
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"--timeout {timeout_s!r}: must be a positive number of seconds")
-    if ncu and not device.startswith("cuda"):
-        raise ValueError("--ncu measures DRAM bytes on a CUDA GPU; this audit runs on the CPU")
     records = [plugin_record(p) for p in ([plugins] if isinstance(plugins, str) else plugins)]
     for r in records:
         load_plugin(r["path"], r["sha256"])
@@ -103,7 +101,7 @@ def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, si
     full = spec.resolve_sizes(parse_sizes(sizes), device)
     request = AuditRequest(model=spec.name, mode=mode, dtype=DTYPE_NAMES[dt], sizes=full, device=device,
                            compile_modes=modes, baseline=baseline, plugins=tuple(r["path"] for r in records),
-                           ncu=bool(ncu), catalog=bool(catalog), compile_time=bool(compile_time),
+                           catalog=bool(catalog), compile_time=bool(compile_time),
                            timeout_s=float(timeout_s))
     if baseline not in request.backends:
         raise ValueError(f"--baseline {baseline!r} is not one of this audit's backends "
@@ -127,7 +125,7 @@ def _try_build(spec, request: AuditRequest) -> None:
 
 def run_audit(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=None, device: str | None = None,
               compile_modes: str | Sequence[str] = ("default",), baseline: str = "eager", plugins: Sequence[str] = (),
-              ncu: bool = False, catalog: bool = True, compile_time: bool = True,
+              catalog: bool = True, compile_time: bool = True,
               timeout_s: float = AuditRequest.timeout_s, db: str | None = None,
               on_progress: Callable[[str], None] | None = None,
               on_start: Callable[[int], None] | None = None) -> AuditRun:
@@ -139,7 +137,7 @@ def run_audit(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=
     from fusebench.store import Heartbeat, Store, check_writable, default_db_path
 
     request, records = check_request(model, mode=mode, dtype=dtype, sizes=sizes, device=device,
-                                     compile_modes=compile_modes, baseline=baseline, plugins=plugins, ncu=ncu,
+                                     compile_modes=compile_modes, baseline=baseline, plugins=plugins,
                                      catalog=catalog, compile_time=compile_time, timeout_s=timeout_s)
     path = os.path.abspath(db or default_db_path())
     check_writable(path)
@@ -166,7 +164,7 @@ def run_audit(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=
 
 def audit_model(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=None, device: str | None = None,
                 compile_modes: str | Sequence[str] = ("default",), baseline: str = "eager",
-                plugins: Sequence[str] = (), ncu: bool = False, catalog: bool = True, compile_time: bool = True,
+                plugins: Sequence[str] = (), catalog: bool = True, compile_time: bool = True,
                 timeout_s: float = AuditRequest.timeout_s, db: str | None = None,
                 on_progress: Callable[[str], None] | None = None) -> AuditResult:
     """Audit `model` (a built-in, or one a file in `plugins` registers with `@fusebench.model`):
@@ -175,7 +173,7 @@ def audit_model(model: str, *, mode: str = "fwd", dtype: str | None = None, size
 
     `mode`: "fwd" or "fwd_bwd"; `dtype`: "fp32", "fp16", "bf16" (default: the model's own on a GPU,
     fp32 on the CPU); `sizes`: {"batch": 8} or "batch=8,tokens=512" over the model's defaults;
-    `baseline`: the backend speedups are over; `ncu`: DRAM bytes per kernel from Nsight Compute;
+    `baseline`: the backend speedups are over;
     `catalog`: time fusebench's matching cases at the model's shapes; `compile_time`: measure the
     cold and warm compile times (two more compiles per backend); `timeout_s`: seconds a backend may
     take before it is recorded as `timeout` and the audit goes on; `db`: the store (default
@@ -183,5 +181,5 @@ def audit_model(model: str, *, mode: str = "fwd", dtype: str | None = None, size
 
     Returns the AuditResult, also stored as a run (`fusebench results --run N` prints it)."""
     return run_audit(model, mode=mode, dtype=dtype, sizes=sizes, device=device, compile_modes=compile_modes,
-                     baseline=baseline, plugins=plugins, ncu=ncu, catalog=catalog, compile_time=compile_time,
+                     baseline=baseline, plugins=plugins, catalog=catalog, compile_time=compile_time,
                      timeout_s=timeout_s, db=db, on_progress=on_progress).result

@@ -23,7 +23,6 @@ class AuditRequest:
     compile_modes: tuple[str, ...] = ("default",)
     baseline: str = "eager"  # eager, or a compiled backend's name
     plugins: tuple[str, ...] = ()  # files registering the model (paths)
-    ncu: bool = False  # DRAM bytes per kernel from Nsight Compute (GPU)
     catalog: bool = True  # time fusebench's matching cases at the model's shapes
     compile_time: bool = True  # measure cold and warm compile times (two more compiles per backend)
     seed: int = 0

@@ -50,7 +50,7 @@ class KernelRow:
     nodes: list[str] = field(default_factory=list)  # graph nodes fused into it (provenance)
     ops: list[str] = field(default_factory=list)  # ATen operators fused into it
     bytes: int | None = None  # per step: the unavoidable bytes of its own inputs and outputs
-    bytes_source: str | None = None  # graph | inductor | ncu
+    bytes_source: str | None = None  # graph (the fused nodes' inputs and outputs) | inductor (its own count)
     gbps: float | None = None
     pct_copy: float | None = None  # gbps / the device's copy ceiling
     flops: int | None = None

@@ -34,7 +34,6 @@ def audit(
                                                      "max-autotune-no-cudagraphs, reduce-overhead."),
     baseline: str = typer.Option("eager", help="The backend speedups are over: eager, or a compiled backend "
                                                "(inductor, inductor-max-autotune, ...)."),
-    ncu: bool = typer.Option(False, "--ncu", help="DRAM bytes per kernel from Nsight Compute (GPU)."),
     catalog: bool = typer.Option(True, "--catalog/--no-catalog", help="Time fusebench's cases that match a "
                                  "region at the model's shapes (triton and the installed peers)."),
     compile_time: bool = typer.Option(True, "--compile-time/--no-compile-time", help="Measure cold and warm "
@@ -75,7 +74,7 @@ def audit(
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops like Ctrl-C: the run is left interrupted
     try:
         done = run_audit(model, mode=mode, dtype=dtype, sizes=size or sizes, device=device, compile_modes=modes,
-                         baseline=baseline, plugins=plugin or [], ncu=ncu, catalog=catalog,
+                         baseline=baseline, plugins=plugin or [], catalog=catalog,
                          compile_time=compile_time, timeout_s=timeout, db=db, on_progress=on_progress,
                          on_start=on_start)
     except KeyboardInterrupt:

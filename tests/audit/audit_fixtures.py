@@ -12,7 +12,7 @@ def synthetic_audit(*, device="cuda", mode="fwd_bwd", backends=("eager", "induct
     failed = failed or {}
     r = AuditResult(model=model, mode=mode, dtype="bf16", sizes={"batch": 1, "tokens": 128}, device=device,
                     backends=list(backends), copy_gbps=copy_gbps, matmul_tflops=700.0 if copy_gbps else None,
-                    notes=["Nsight Compute not run: --ncu not given (bytes are Inductor's own count)"])
+                    notes=["ceilings measured at the audit's start"])
     r.steps.append(StepRow("eager", gpu_time_us=500.0, wall_us=620.0, profiled_us=480.0, kernel_time_us=470.0,
                            kernels=40, peak_mem_bytes=64 << 20))
     r.kernels += [

@@ -29,7 +29,7 @@ def test_the_audit_shows_steps_classes_opportunities_outside_kernels_and_notes()
     assert "node too large for one reduction" in text
     assert "aten::add_" in text and "gradient accumulation (AccumulateGrad)" in text
     assert "inductor-max-autotune: oom: CUDA out of memory" in text  # the failed backend, with why
-    assert "Nsight Compute not run" in text
+    assert "ceilings measured at the audit's start" in text
 
 
 def test_top_limits_the_opportunities():
