@@ -51,7 +51,7 @@ def test_speedup_interval_and_verdict():
                                            (["softmax", "8x8", "--impl", "triton"], "two implementations"),
                                            (["softmax", "8x8", "--impl", "triton,nosuch"], "unknown implementation"),
                                            (["softmax", "8x8", "--dtype", "fp8"], "unknown dtype"),
-                                           (["softmax", "8x8", "--rounds", "1"], "--rounds must be at least 2"),
+                                           (["softmax", "8x8", "--rounds", "1"], "--rounds must be from 2 to 100,000"),
                                            (["softmax", "8x8", "--device", "tpu"], "not available here"),
                                            (["softmax", "8x8", "--csv", "/nonexistent/dir/p.csv"], "does not exist")])
 def test_bad_input_is_one_line_and_exit_2(argv, message):
