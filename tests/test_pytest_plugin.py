@@ -1,7 +1,7 @@
 """fusebench's pytest plugin, run by pytest itself (pytester): the `fusebench` fixture's
-assert_fused in a user's test file, and the fusebench_baseline marker.  Sessions that compile run
-in a subprocess: an in-process session drops the modules it imported when it ends, and torch's
-compiler cannot be imported twice in one process."""
+assert_fused in a user's test file, and the fusebench_baseline marker.  Inner pytest runs that
+compile run in a subprocess: an in-process run drops the modules it imported when it ends, and
+torch's compiler cannot be imported twice in one process."""
 import importlib.metadata
 import os
 import sys

@@ -86,7 +86,8 @@ def check(
         except RuntimeError as exc:  # the runs themselves failed: not bad input
             _runs_failed(exc)
         for v in result.changes:
-            _print([f"changed: {v.entry.label}"] + ["  " + line for t in v.problems + v.notes for line in t.splitlines()])
+            _print([f"changed: {v.entry.label}"]
+                   + ["  " + line for t in v.problems + v.notes for line in t.splitlines()])
         not_ok = [e for e in result.entries if e.status != "ok"]
         for e in not_ok:
             _print([f"recorded as {e.status}: {e.label}" + (f" ({e.reason})" if e.reason else "")])
