@@ -97,11 +97,11 @@ def check_device(device: str, option: str = "--device") -> str:
     if device == "cpu":
         return device
     if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise ValueError(f"unknown device {device!r} ({option}); choose cpu or cuda")
+        raise ValueError(f"{option} {device!r} is not available here: choose cpu or cuda")
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"{option} {device}: no CUDA GPU is visible here; use cpu")
+        raise ValueError(f"{option} {device!r} is not available here: no CUDA GPU is visible (use cpu)")
     if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
         raise ValueError(f"{option} {device}: only {torch.cuda.device_count()} GPU(s) visible")
     return device

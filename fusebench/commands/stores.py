@@ -342,11 +342,11 @@ def standing_cmd(
     import math
 
     if ceiling is not None and not (math.isfinite(ceiling) and ceiling > 0):
-        fail(f"--ceiling must be a positive number of GB/s, got {ceiling:g}")
+        fail(f"--ceiling must be positive and finite (GB/s), got {ceiling:g}")
     if not (math.isfinite(target) and target > 0):
-        fail(f"--target must be a positive fraction, got {target:g}")
+        fail(f"--target must be positive and finite, got {target:g}")
     if not (math.isfinite(min_input_mib) and min_input_mib >= 0):
-        fail(f"--min-input-mib must be a number of MiB, at least 0, got {min_input_mib:g}")
+        fail(f"--min-input-mib must be at least 0 and finite, got {min_input_mib:g}")
     if versus:
         out.print(plain(versus_table(load(stores, VERSUS_QUERY))), markup=False, highlight=False, soft_wrap=True)
         return
