@@ -161,6 +161,7 @@ def test_markup_and_escape_sequences_print_as_text(tmp_path):
 # 3. Worker start-up inside containment
 
 
+@pytest.mark.slow
 def test_worker_start_faults_cost_a_cell_each_and_the_sweep_goes_on(tmp_path):
     # first worker hangs importing the plugin, the second raises, the third starts: the two cells
     # they would have run end as timeout and crashed, with reasons; the other four are measured
@@ -177,6 +178,7 @@ def test_worker_start_faults_cost_a_cell_each_and_the_sweep_goes_on(tmp_path):
     assert time.time() - t0 < 120
 
 
+@pytest.mark.slow
 def test_workers_that_never_start_give_up_the_run_not_loop(tmp_path):
     db, state = str(tmp_path / "fb.db"), tmp_path / "state"
     state.mkdir()
@@ -209,6 +211,7 @@ def faulty_sweep(tmp_path_factory):
     return r, db, state
 
 
+@pytest.mark.slow
 def test_isolated_sweep_prints_error_text_as_text(faulty_sweep):
     r, db, _ = faulty_sweep
     assert r.returncode == 0, r.stderr
@@ -250,6 +253,7 @@ def test_a_helper_that_left_the_process_group_is_killed_with_its_timed_out_cell(
     assert not any(map(alive, (worker, helper, orphan)))
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_main_process_takes_its_workers_along(tmp_path):
     db, state = str(tmp_path / "fb.db"), tmp_path / "state"
     state.mkdir()
@@ -295,6 +299,7 @@ def _run_scheduler(tmp_path, **opts):
     return set((state / "pids").read_text().split())
 
 
+@pytest.mark.slow
 def test_a_worker_is_replaced_when_its_memory_grows_past_the_limit(tmp_path):
     from fusebench.runner.scheduler import RunOptions
 
@@ -490,6 +495,7 @@ def test_readers_open_read_only_and_runs_leave_no_wal(stored_run, tmp_path):
 # 6. --resume refuses a live run; --retry-failed
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_live_run(tmp_path):
     db = str(tmp_path / "fb.db")
     proc = subprocess.Popen([sys.executable, "-m", "fusebench.cli", "run", "slow", "--plugin", fault("slow.py"),
@@ -535,6 +541,7 @@ def test_resume_judges_another_hosts_run_by_its_heartbeat(stored_run):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow
 def test_retry_failed_measures_crashed_and_timed_out_cells_again(tmp_path):
     db = str(tmp_path / "fb.db")
     r = invoke("run", "softmax", "--shapes", "8x8,8x16,8x24,8x32", "--impl", "eager", "--db", db, "--no-isolate",

@@ -32,6 +32,7 @@ def test_the_entry_point_names_the_plugin():
     assert project["entry-points"]["pytest11"] == {"fusebench": "fusebench.pytest_plugin"}
 
 
+@pytest.mark.slow
 def test_the_installed_entry_point_loads_the_plugin(pytester):
     if not _installed():
         pytest.skip("fusebench is installed without its pytest11 entry point: reinstall it (pip install -e .)")

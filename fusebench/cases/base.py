@@ -294,8 +294,8 @@ def load_plugin(path: str, sha256: str | None = None) -> list[str]:
     if sha256 is not None and hashlib.sha256(source).hexdigest() != sha256:
         raise PluginError(f"plugin {path} has changed since it was recorded (sha256 "
                           f"{hashlib.sha256(source).hexdigest()[:12]}, recorded {sha256[:12]})")
+    _load_builtin()  # first: built-in cases are not the plugin's
     before = set(_REGISTRY)
-    _load_builtin()
     mod_name = f"fusebench_plugin_{hashlib.sha256(path.encode()).hexdigest()[:16]}"
     module = types.ModuleType(mod_name)
     module.__file__ = path

@@ -77,6 +77,7 @@ class _CorruptK(torch.autograd.Function):
         return dk
 
 
+@pytest.mark.slow
 def test_a_wrong_gradient_in_a_sampled_slice_fails_the_cell():
     impl = UserImplementation("attn-bad-dk", lambda q, k, v, c: attention(q, _CorruptK.apply(k), v, c),
                               ("attention",))

@@ -188,3 +188,18 @@ def test_models_count_each_input_and_output_once():
     assert get_case("layernorm").min_bytes((4, 8), fp32) == (2 * 32 + 2 * 8) * 4
     assert get_case("matmul_add").flops((64, 32, 16), fp32) == 2 * 64 * 32 * 16 + 64 * 32
     assert get_case("attention").flops((1, 1, 4, 2, 1), fp32) == get_case("attention").flops((1, 1, 4, 2, 0), fp32) // 2
+
+
+def test_a_plugin_loaded_first_in_a_process_claims_only_its_own_cases(tmp_path):
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "p.py"
+    plugin.write_text("import fusebench, torch\n"
+                      "@fusebench.case(inputs=lambda s, d, dev, seed: (fusebench.randn(s, d, dev, seed),), shapes=[(4, 4)])\n"
+                      "def mine(x):\n    return x * 2\n")
+    code = ("import fusebench.cases.base as b\n"
+            f"b.load_plugin({str(plugin)!r})\n"
+            "print(b.get_case('softmax').plugin, b.get_case('mine').plugin is not None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["None", "True"], out.stderr[-2000:]

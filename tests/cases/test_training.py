@@ -58,6 +58,7 @@ def test_byte_models():
     assert get_case("cross_entropy").backward_bytes_model(s, bf) == 2 * 128 * 2 + 8 * 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINING)
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
 def test_eager_in_every_mode(name, mode):

@@ -38,6 +38,7 @@ def last_line(result):
     return [ln for ln in result.output.splitlines() if ln.strip()][-1]
 
 
+@pytest.mark.slow
 def test_a_function_runs_in_every_cell_of_its_case(db):
     calls = []
 
@@ -176,6 +177,7 @@ def test_a_plugin_implementation_of_a_plugin_case(tmp_path, db):
     assert rows == {"eager": "ok", "t-gelu-tanh": "mismatch"}
 
 
+@pytest.mark.slow
 def test_the_example_plugin_end_to_end(tmp_path):
     """examples/my_softmax.py through the CLI, in worker processes (which load the plugin again):
     stored ok, in the terminal table, the report and compare."""

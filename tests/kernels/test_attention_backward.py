@@ -64,6 +64,7 @@ def test_gradients_with_unequal_blocks(unequal_blocks, seqlen, causal):
     _check(*_inputs((1, 2, seqlen, 16), seed=seqlen), causal, tol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_strided_inputs_and_output_gradient(causal):
     # (batch, seq, heads, dim) storage seen as (batch, heads, seq, dim), as after a QKV projection
@@ -129,6 +130,7 @@ def test_triton_is_planned_in_training_modes(mode):
     assert [(c.impl, c.mode) for c in cells] == [("triton", mode)]
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.parametrize("mode", ["bwd", "fwd_bwd"])
 def test_triton_cells(mode):

@@ -46,6 +46,7 @@ def _sass_report(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
     """One DRAM round trip per program: no single-pass kernel may issue a global load after a barrier."""
     from fusebench.kernels.sass import loads_after_first_barrier
@@ -56,6 +57,7 @@ def test_single_pass_kernels_issue_every_load_before_the_first_barrier():
     assert late == {}
 
 
+@pytest.mark.slow
 def test_unmasked_long_row_plans_do_not_spill():
     """Inductor's two-pass shape for softmax_backward at 32768 columns (64 registers a thread at
     32 warps) is only fast unspilled: no stack."""
@@ -65,6 +67,7 @@ def test_unmasked_long_row_plans_do_not_spill():
     assert usage["softmax_backward loop 32768 32w"]["registers"] <= 64  # 32 warps: 64 a thread at most
 
 
+@pytest.mark.slow
 def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
     (plans.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch,

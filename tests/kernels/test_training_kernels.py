@@ -130,6 +130,7 @@ def test_triton_is_planned_in_training_modes_only_with_a_backward(monkeypatch):
     assert {c.case for c in plan_cells(["swiglu"], ["triton"], "quick", None, "cpu", "fwd")} == {"swiglu"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(1, 3), (7, 301), (20, 1000)])
 @pytest.mark.parametrize("programs", [None, 3])
 def test_rmsnorm_backward_long_row_kernels(shape, programs):

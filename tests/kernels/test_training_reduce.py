@@ -56,6 +56,7 @@ def test_layernorm_backward_partials_over_programs(programs):
             close(a, b, tol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_onchip", [16384, 16])
 def test_layernorm_backward_keeps_a_plan_per_key(max_onchip, monkeypatch):
     monkeypatch.setattr(klnb, "_PLANS", {})
@@ -291,6 +292,7 @@ def test_backward_models():
     assert sm.grad_inputs == (0,) and ln.grad_inputs == (0, 1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["softmax", "layernorm"])
 @pytest.mark.parametrize("impl", ["eager", "triton"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])

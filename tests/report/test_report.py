@@ -158,6 +158,7 @@ def external_references(html: str) -> list[str]:
 # the report
 
 
+@pytest.mark.slow
 def test_report_has_every_case_status_and_default_pair(report):
     _, html = report
     for name in ("softmax", "matmul_add", "attention", "conv_relu", "layernorm", "my_plugin_case"):
@@ -215,6 +216,7 @@ def test_report_of_a_real_cpu_run(tmp_path):
     assert "Fewer than two implementations were timed" in html  # eager alone: no pair to draw
 
 
+@pytest.mark.slow
 def test_report_shows_ceilings_as_percent_of_ceiling_not_speedup(tmp_path):
     api = pytest.importorskip("fusebench.api")
     db = str(tmp_path / "cpu.db")
@@ -287,6 +289,7 @@ def test_parse_pair():
 # comparison
 
 
+@pytest.mark.slow
 def test_compare_regression_and_new_failures(run, tmp_path):
     store, run_a = run
     cells = grid_cells() + family_cells()

@@ -102,6 +102,7 @@ def test_kept_inputs_are_cloned_with_their_layout():
     assert not cellmod._clone_keeps_layout((torch.randn(8, 16)[:, ::2],))
 
 
+@pytest.mark.slow
 def test_every_cell_records_its_phases(counted_case, db):
     row = measure_cell(_cells(["eager"])[0], FAST, metrics=("memory", "flops"))
     ph = row["phase_s"]

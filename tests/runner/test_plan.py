@@ -84,6 +84,7 @@ def test_peers_run_when_named_and_a_gpu_default_run_says_so(monkeypatch):
     assert [i.name for i in select_impls(["eager", "peers", "eager"], "cuda")].count("eager") == 1
 
 
+@pytest.mark.slow
 def test_the_quick_shapes_run_on_the_quick_timing_budget(db):
     assert TimingSettings.for_shapes("quick").rep_ms < TimingSettings().rep_ms
     assert TimingSettings.for_shapes("grid") == TimingSettings() == TimingSettings.for_shapes("64x64")

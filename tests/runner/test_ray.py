@@ -57,6 +57,7 @@ def stored(db):
     return rows
 
 
+@pytest.mark.slow
 @needs_ray
 def test_cells_spread_over_the_actors_and_are_stored_once_with_their_host(cluster, db):
     pids = Path(os.environ["FUSEBENCH_RAY_PIDS"])
@@ -77,6 +78,7 @@ def test_cells_spread_over_the_actors_and_are_stored_once_with_their_host(cluste
     assert sqlite3.connect(db).execute("SELECT status FROM runs").fetchone()[0] == "done"
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_cell_that_kills_its_actor_is_crashed_and_a_hang_times_out(cluster, db):
     t0 = time.time()
@@ -90,6 +92,7 @@ def test_a_cell_that_kills_its_actor_is_crashed_and_a_hang_times_out(cluster, db
     assert time.time() - t0 < 60
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_cell_whose_node_left_is_measured_again_once(cluster, db, monkeypatch):
     from fusebench.runner.ray_backend import RayScheduler
@@ -126,6 +129,7 @@ def cli(*args, **kw):
     return subprocess.run([sys.executable, "-m", "fusebench", *args], capture_output=True, text=True, **kw)
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_killed_drivers_run_is_completed_by_resume(cluster, db):
     """The driver connects to the module's Ray instance by address (as to a cluster), is killed
@@ -171,6 +175,7 @@ def test_a_request_the_cluster_cannot_serve_stores_nothing(cluster, tmp_path):
     assert not os.path.exists(db)
 
 
+@pytest.mark.slow
 @needs_ray
 def test_an_address_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
     db = tmp_path / "never.db"

@@ -173,6 +173,7 @@ def cells(db):
     return rows
 
 
+@pytest.mark.slow
 def test_faults_are_contained_and_the_sweep_goes_on(tmp_path, db):
     plugin = tmp_path / "faults.py"
     plugin.write_text(FAULTS)
@@ -208,6 +209,7 @@ SLOW = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_run_resumes_without_duplicates_or_gaps(tmp_path, db, sig):
     plugin = tmp_path / "slow.py"
@@ -249,6 +251,7 @@ def cells_or_empty(db):
         return []
 
 
+@pytest.mark.slow
 def test_two_workers_produce_the_same_cells(tmp_path):
     """The multi-GPU path (one worker per GPU, a shared queue) measures the same set of cells.
     On the CPU the two workers both run on the CPU: the scheduling is what is tested."""
