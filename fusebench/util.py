@@ -25,3 +25,18 @@ def as_text(text: object) -> str:
     from rich.markup import escape
 
     return escape(plain("" if text is None else text))
+
+
+def tensors_in(obj) -> list:
+    """Every tensor in a (nested) tuple, list or dict, or a model output with `to_tuple()`
+    (transformers' ModelOutput), in order."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in tensors_in(o)]
+    to_tuple = getattr(obj, "to_tuple", None)
+    return tensors_in(to_tuple()) if callable(to_tuple) else []

@@ -14,19 +14,11 @@ from typing import Callable
 
 import torch
 
+from fusebench.util import tensors_in
+
 WARMUP_STEPS = 3
 TIMED_STEPS = 10
 WALL_STEPS = 10
-
-
-def _tensors(out) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _tensors(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _tensors(o)]
-    return [t for t in _tensors(getattr(out, "to_tuple", lambda: ())())]
 
 
 def seeded_like(t: torch.Tensor, seed: int) -> torch.Tensor:
@@ -64,7 +56,7 @@ class Step:
         if self.loss is not None:
             self.loss(out).backward()
             return None
-        outs = [t for t in _tensors(out) if t.requires_grad]
+        outs = [t for t in tensors_in(out) if t.requires_grad]
         if self._grads is None:
             self._grads = [seeded_like(t, self.seed + i) for i, t in enumerate(outs)]
         torch.autograd.backward(outs, self._grads)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fusebench.util import tensors_in
+
 MODES = ("fwd", "bwd", "fwd_bwd")
 MAX_REFUSALS = 12
 
@@ -90,18 +92,6 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
-def _tensors(obj) -> list:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
 def _prepare_inputs(inputs: tuple, mode: str, device) -> tuple[tuple, list]:
     """The inputs on `device` (if given), and in a training mode the floating-point tensors as
     fresh leaves that require gradients (returned second)."""
@@ -129,7 +119,7 @@ def _step(compiled, args: tuple, leaves: list, mode: str):
         with torch.no_grad():
             return compiled(*args)
     out = compiled(*args)
-    outs = [t for t in _tensors(out) if t.requires_grad]
+    outs = [t for t in tensors_in(out) if t.requires_grad]
     if not outs:
         raise ValueError("no output depends on the floating-point inputs: nothing to differentiate")
     return torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs], allow_unused=True)
@@ -197,8 +187,8 @@ def assert_fused(fn, *inputs, max_kernels: int = 1, min_ceiling: float | None = 
 
 
 def _min_bytes(args: tuple, out, leaves: list, mode: str) -> int:
-    ins = sum(t.numel() * t.element_size() for t in _tensors(args))
-    outs = sum(t.numel() * t.element_size() for t in _tensors(out))
+    ins = sum(t.numel() * t.element_size() for t in tensors_in(args))
+    outs = sum(t.numel() * t.element_size() for t in tensors_in(out))
     grads = sum(t.numel() * t.element_size() for t in leaves)
     forward = ins + outs
     backward = ins + outs + grads  # inputs again, the outputs' gradients, the inputs' gradients
@@ -220,7 +210,7 @@ def _check_ceiling(fn, inputs, mode: str, device, min_ceiling: float, max_kernel
     from fusebench.measure.timing import QUICK_BUDGET, TimingSettings, time_call
 
     args, leaves = _prepare_inputs(inputs, mode, device)
-    where = next((t.device for t in _tensors(args)), torch.device("cpu"))
+    where = next((t.device for t in tensors_in(args)), torch.device("cpu"))
     if where.type != "cuda":
         _not_measured(f"assert_fused({_name(fn)}): {report.kernels} kernel(s) per call (at most {max_kernels} "
                       f"asked: holds); min_ceiling={min_ceiling:g} not checked: the copy ceiling is measured on a "
@@ -237,7 +227,7 @@ def _check_ceiling(fn, inputs, mode: str, device, min_ceiling: float, max_kernel
     settings = TimingSettings(**QUICK_BUDGET)
     if mode == "bwd":  # the backward alone, on one forward's graph
         out = compiled(*args)
-        outs = [t for t in _tensors(out) if t.requires_grad]
+        outs = [t for t in tensors_in(out) if t.requires_grad]
         grads = [torch.ones_like(t) for t in outs]
 
         def call():
