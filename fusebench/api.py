@@ -10,12 +10,10 @@ default metrics, cells in worker processes.
 from __future__ import annotations
 
 import contextlib
-import importlib.machinery
 import json
 import math
 import os
 import socket
-import sys
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -32,7 +30,7 @@ from fusebench.runner.modes import check_mode, run_mode
 from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
-from fusebench.util import first_line
+from fusebench.util import first_line, workers_skip_main
 
 
 def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
@@ -199,7 +197,7 @@ def run(
         try:
             watcher = _RunWatch(store, run_id, request.get("device") or device, timing, cluster)
             watcher.sample("start")
-            with Heartbeat(store.path, run_id), _workers_skip_main(), _threads_kept():
+            with Heartbeat(store.path, run_id), workers_skip_main(), _threads_kept():
                 if cluster:
                     ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
                 else:
@@ -258,31 +256,6 @@ def _json_dict(text) -> dict | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-@contextlib.contextmanager
-def _workers_skip_main():
-    """While a run's worker processes start, they do not run the caller's main module again.
-
-    A spawned process imports the parent's __main__ (as __mp_main__) so that objects defined there
-    can be unpickled; a script that calls fusebench.run() at its top level, without an
-    `if __name__ == "__main__":` guard, would then start the run again inside every worker.
-    Workers need nothing from __main__ (a case or implementation registered there runs in this
-    process, see _registered_here), so __main__ is presented to multiprocessing as a module it
-    must leave alone for the run's duration."""
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    had, spec = hasattr(main, "__spec__"), getattr(main, "__spec__", None)
-    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        if had:
-            main.__spec__ = spec
-        else:
-            del main.__spec__
 
 
 @contextlib.contextmanager

@@ -135,6 +135,7 @@ def run_audit(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=
     from fusebench.audit.store import save
     from fusebench.env import collect
     from fusebench.store import Heartbeat, Store, check_writable, default_db_path
+    from fusebench.util import workers_skip_main
 
     request, records = check_request(model, mode=mode, dtype=dtype, sizes=sizes, device=device,
                                      compile_modes=compile_modes, baseline=baseline, plugins=plugins,
@@ -149,7 +150,8 @@ def run_audit(model: str, *, mode: str = "fwd", dtype: str | None = None, sizes=
         status = "interrupted"
         try:
             with Heartbeat(store.path, run_id):
-                result = measure.measure_audit(request, on_progress, db_path=store.path)
+                with workers_skip_main():
+                    result = measure.measure_audit(request, on_progress, db_path=store.path)
             save(store, run_id, result)
             status = "done"
         except KeyboardInterrupt:

@@ -225,8 +225,10 @@ def device_ceilings(request: AuditRequest, db_path: str | None) -> tuple[dict, s
 
 
 def measure_audit(request: AuditRequest, on_progress: Callable[[str], None] | None = None, *,
-                  isolate: bool = True, db_path: str | None = None) -> AuditResult:
-    """Measure every backend of `request` and put the result together."""
+                  isolate: bool | None = None, db_path: str | None = None) -> AuditResult:
+    """Measure every backend of `request` and put the result together.  `isolate` (default: where
+    a worker can rebuild the model) measures each backend in a worker process of its own; a model
+    registered in the caller's own script is measured here, where it is known."""
     import dataclasses
 
     from fusebench.audit import models
@@ -242,6 +244,8 @@ def measure_audit(request: AuditRequest, on_progress: Callable[[str], None] | No
     result = AuditResult(model=request.model, mode=request.mode, dtype=request.dtype, sizes=dict(request.sizes),
                          device=request.device, backends=request.backends, copy_gbps=ceilings["copy_gbps"],
                          matmul_tflops=ceilings["matmul_tflops"], notes=[how])
+    if isolate is None:
+        isolate = spec.plugin is None or os.path.isfile(spec.plugin)
     run = _run_isolated if isolate else _run_inline
     for backend in request.backends:
         say(backend)

@@ -1,4 +1,5 @@
 """Audits measured end to end on the CPU (Inductor's C++ backend), on small models."""
+import os
 import textwrap
 
 import pytest
@@ -76,3 +77,28 @@ def test_a_backend_that_fails_is_recorded_and_the_audit_goes_on(plugin):
     eager, inductor = res.steps
     assert eager.status == "ok" and eager.gpu_time_us > 0
     assert inductor.status == "error" and "ran eagerly" in inductor.reason
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_audits_its_own_model(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "audit_me.py"
+    script.write_text(textwrap.dedent('''
+        import torch, fusebench
+
+        @fusebench.model(sizes={"tokens": 64}, cpu_sizes={"tokens": 16})
+        def scripted(tokens, *, dtype, device, seed):
+            return torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()).to(device, dtype), \\
+                (torch.randn(tokens, 32, device=device, dtype=dtype),)
+
+        r = fusebench.audit_model("scripted", compile_time=False, catalog=False, db="audit.db")
+        print("STEPS", [(s.backend, s.status) for s in r.steps])
+    '''))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("STEPS") == 1 and "('eager', 'ok'), ('inductor', 'ok')" in out.stdout, out.stdout
