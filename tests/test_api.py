@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import fusebench
-from fusebench.api import _workers_skip_main
+from fusebench.util import workers_skip_main
 from fusebench.measure.timing import TimingSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -40,7 +40,7 @@ def test_run_and_results_return_the_same_columns(db):
 def test_workers_skip_main_and_main_is_restored():
     main = sys.modules["__main__"]
     before = getattr(main, "__spec__", None)
-    with _workers_skip_main():
+    with workers_skip_main():
         # multiprocessing's spawn leaves a __main__ spec named "__main__" alone in the child
         from multiprocessing import spawn
 
