@@ -181,22 +181,30 @@ NOT_NORMALISED = Normalization(False)
 
 
 def drift(record: dict, min_change: float) -> str | None:
-    """Why a run's reference record shows the machine changing speed during the run (a workload
-    whose later sample differs from the first outside the noise and by more than `min_change`, a
-    fraction), or None."""
+    """Why a run's reference record shows the machine changing speed during the run, or None.
+
+    The machine changed speed when every reference workload's later sample differs from its first
+    outside the noise, by more than `min_change` (a fraction) and in the same direction: a busy or
+    throttled machine slows a copy and a GEMM alike, while one workload moving alone (a cold first
+    copy) is that workload's noise, not the machine's."""
     from fusebench.measure.reference import WORKLOADS
 
     samples = record.get("samples") or []
     for later in samples[1:]:
+        moved = []
         for w in WORKLOADS:
-            c = change(samples[0][w], later[w])
+            c = change(samples[0].get(w), later.get(w)) if samples[0].get(w) and later.get(w) else None
             if c is None:
-                continue
+                break
             c = Change(c.ratio, c.lo, c.hi, c.method, c.floor, min_change)
-            if c.real:
-                return (f"its {w} reference took {c.ratio:.2f}x as long at its {later.get('at', 'end')} "
-                        f"({later.get('time', '?')}) as at its {samples[0].get('at', 'start')} "
-                        f"({samples[0].get('time', '?')}), outside the noise")
+            if not c.real:
+                break
+            moved.append((w, c.ratio))
+        else:
+            if moved and len({r > 1 for _, r in moved}) == 1:
+                took = " and ".join(f"its {w} reference took {r:.2f}x" for w, r in moved)
+                return (f"{took} as long at its {later.get('at', 'end')} ({later.get('time', '?')}) as at its "
+                        f"{samples[0].get('at', 'start')} ({samples[0].get('time', '?')}), outside the noise")
     return None
 
 

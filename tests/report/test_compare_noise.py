@@ -209,3 +209,14 @@ def test_the_same_code_beside_cpu_burning_processes_is_no_regression(tmp_path):
         assert busy["under_load"].eq(1).all()
     r = runner.invoke(app, ["compare", "--latest", "--db", db, "--fail-above", "5"])
     assert r.exit_code in (0, 3), r.output
+
+
+def test_one_reference_workload_moving_alone_is_not_the_machine():
+    from fusebench.report.judge import drift
+
+    rng = np.random.default_rng(7)
+    record = {"samples": [{"at": "start", "time": "t0", "copy": _stats(1300.0, rng), "gemm": _stats(400.0, rng)},
+                          {"at": "end", "time": "t1", "copy": _stats(900.0, rng), "gemm": _stats(400.0, rng)}]}
+    assert drift(record, 0.03) is None  # a cold first copy; the GEMM did not move
+    record["samples"][1]["gemm"] = _stats(280.0, rng)
+    assert "copy reference took" in drift(record, 0.03) and "gemm reference took" in drift(record, 0.03)
