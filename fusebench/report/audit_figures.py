@@ -28,6 +28,23 @@ def _label_width(labels: list[str]) -> float:
     return 0.6 + 0.065 * max((len(s) for s in labels), default=4)
 
 
+def _short(labels: list[str], width: int = 60) -> list[str]:
+    return [s if len(s) <= width else s[:width - 3] + "…" for s in labels]
+
+
+def _bar_axes(ax, labels: list[str], label_size: float, xmax: float, xlabel: str, title: str) -> None:
+    """The styling every bar chart of the page shares: one labelled row per bar, first at the top,
+    no top or right frame."""
+    ax.set_yticks(range(len(labels)), labels, fontsize=label_size)
+    ax.invert_yaxis()
+    ax.set_xlim(0, xmax)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(labelsize=7.5)
+    ax.set_title(title, fontsize=9.5, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
 def class_bars(rows: list[tuple[str, v.Breakdown | None, str | None]], title: str, unit_label: str) -> str:
     """rows: (label, breakdown, status when there is no breakdown).  One bar per row."""
     shown = [b for _, b, _ in rows if b is not None]
@@ -56,14 +73,7 @@ def class_bars(rows: list[tuple[str, v.Breakdown | None, str | None]], title: st
                 left += us / scale
                 used.setdefault(klass, Patch(facecolor=colour, hatch=hatch, edgecolor="#9a9a9a", label=klass))
             ax.text(left, i, f" {v.fmt_us(b.total_us)}", va="center", fontsize=7.5)
-        ax.set_yticks(range(len(rows)), labels, fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlim(0, longest / scale * 1.15)
-        ax.set_xlabel(f"{unit_label}, {unit}", fontsize=8)
-        ax.tick_params(labelsize=7.5)
-        ax.set_title(title, fontsize=9.5, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
+        _bar_axes(ax, labels, 8, longest / scale * 1.15, f"{unit_label}, {unit}", title)
         if used:
             fig.legend(handles=list(used.values()), fontsize=7.5, ncols=min(len(used), 6), frameon=False,
                        loc="outside lower left")
@@ -73,8 +83,7 @@ def class_bars(rows: list[tuple[str, v.Breakdown | None, str | None]], title: st
 def gap_bars(regions, title: str, step_us: float | None) -> str:
     """A bar per region (ranked as given): measured time, the ideal estimate hatched inside it, the
     gap written at the bar's end (µs and % of the step)."""
-    labels = [f"{r.label} ({r.graph})" for r in regions]
-    labels = [s if len(s) <= 60 else s[:57] + "…" for s in labels]
+    labels = _short([f"{r.label} ({r.graph})" for r in regions])
     longest = max((float(r.time_us or 0) for r in regions), default=1.0) or 1.0
     scale, unit = _unit(longest)
     with matplotlib.rc_context(RC):
@@ -92,14 +101,7 @@ def gap_bars(regions, title: str, step_us: float | None) -> str:
             else:
                 text = " gap not available (no ideal time)"
             ax.text(measured / scale, i, text, va="center", fontsize=7.5)
-        ax.set_yticks(range(len(regions)), labels, fontsize=7.5)
-        ax.invert_yaxis()
-        ax.set_xlim(0, longest / scale * 1.45)
-        ax.set_xlabel(f"{unit} per step", fontsize=8)
-        ax.tick_params(labelsize=7.5)
-        ax.set_title(title, fontsize=9.5, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
+        _bar_axes(ax, labels, 7.5, longest / scale * 1.45, f"{unit} per step", title)
         handles = [Patch(facecolor=MEASURED, label="measured: the region's kernels"),
                    Patch(facecolor=IDEAL, hatch="////", edgecolor="#555555",
                          label="ideal (estimate): unavoidable bytes at the copy ceiling")]
@@ -110,8 +112,7 @@ def gap_bars(regions, title: str, step_us: float | None) -> str:
 def paired_region_bars(pairs, title: str) -> str:
     """Matched regions of two audits: the measured time of A and of B side by side, with each
     side's ideal estimate hatched inside its bar."""
-    labels = [f"{p.label} ({p.graph})" + (f" #{p.occurrence + 1}" if p.occurrence else "") for p in pairs]
-    labels = [s if len(s) <= 60 else s[:57] + "…" for s in labels]
+    labels = _short([f"{p.label} ({p.graph})" + (f" #{p.occurrence + 1}" if p.occurrence else "") for p in pairs])
     longest = max((float(r.time_us or 0) for p in pairs for r in (p.a, p.b) if r is not None), default=1.0) or 1.0
     scale, unit = _unit(longest)
     colours = {"A": "#9ab3d6", "B": "#2b5fa8"}
@@ -129,14 +130,7 @@ def paired_region_bars(pairs, title: str) -> str:
                             height=0.18, linewidth=0.4)
                 ax.text(float(r.time_us or 0) / scale, i + offset, f" {side} {v.fmt_us(r.time_us)}", va="center",
                         fontsize=7)
-        ax.set_yticks(range(len(pairs)), labels, fontsize=7.5)
-        ax.invert_yaxis()
-        ax.set_xlim(0, longest / scale * 1.3)
-        ax.set_xlabel(f"{unit} per step (measured)", fontsize=8)
-        ax.tick_params(labelsize=7.5)
-        ax.set_title(title, fontsize=9.5, loc="left")
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
+        _bar_axes(ax, labels, 7.5, longest / scale * 1.3, f"{unit} per step (measured)", title)
         handles = [Patch(facecolor=colours["A"], label="A"), Patch(facecolor=colours["B"], label="B"),
                    Patch(facecolor="white", hatch="////", edgecolor="#555555", label="ideal (estimate)")]
         fig.legend(handles=handles, fontsize=7.5, frameon=False, loc="outside lower left", ncols=len(handles))
