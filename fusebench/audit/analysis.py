@@ -38,7 +38,7 @@ def kernel_class(ops: list[str], name: str, op: str | None = None, kind: str | N
     text = f"{name} {op or ''}".lower()
     if "attention" in text or "flash" in text or "fmha" in text or "sdpa" in text:
         return "attention"
-    if "conv" in text or "implicit_gemm" in text or "cudnn" in text and "gemm" not in text:
+    if "conv" in text or "implicit_gemm" in text or ("cudnn" in text and "gemm" not in text):
         return "conv"
     if any(k in text for k in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")):
         return "gemm"
@@ -177,18 +177,16 @@ class Analysis:
                 graph.kind, name, ks, klass=kernel_class(ops, name, ks[0].op if ks else None, info.kind if info else None),
                 kind=info.kind if info else None, nodes=nodes, ops=ops, bytes=nbytes, bytes_source=source,
                 flops=flops, region=regs.pop() if len(regs) == 1 else None))
-            if ks and not any(k.kernels for k in ms):
-                pass
         if unexplained:
             self.add_uncompiled(unexplained, graph.kind)
             self.notes.append(f"{len(unexplained)} kernel(s) of the {graph.kind} graph matched no launch in its code "
                               f"(listed without nodes)")
-        self._regions(graph, found, matched, index)
+        self._regions(graph, found, region_of, matched, index)
 
-    def _regions(self, graph: CompiledGraph, found, matched: list[_Matched], index: GraphIndex | None) -> None:
+    def _regions(self, graph: CompiledGraph, found, region_of: dict[str, int], matched: list[_Matched],
+                 index: GraphIndex | None) -> None:
         from fusebench.audit.catalog import match
 
-        region_of = {n: r.index for r in found for n in r.nodes}
         per_region: dict[int, list[_Matched]] = defaultdict(list)
         for m in matched:
             if _extern_op(m.launch.kernel) is not None:

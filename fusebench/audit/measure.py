@@ -38,9 +38,9 @@ def _dynamo_counts() -> dict:
             "graph_breaks": int(sum(counters["graph_break"].values()))}
 
 
-def _compile_times(built, request: AuditRequest, mode: str, device: str) -> tuple[float, float, float]:
-    """(cold, warm, steady step s): first step minus a steady step, with empty compiler caches and
-    then with the caches the cold compile filled."""
+def _compile_times(built, request: AuditRequest, mode: str, device: str) -> tuple[float, float]:
+    """(cold, warm) seconds: first step minus a steady step, with empty compiler caches and then
+    with the caches the cold compile filled."""
     import torch
 
     from fusebench.audit.step import Step, first_step_s, wall_us
@@ -58,7 +58,7 @@ def _compile_times(built, request: AuditRequest, mode: str, device: str) -> tupl
         warm = first_step_s(step, device)
     torch._dynamo.reset()
     _clear_in_memory()
-    return max(cold - steady, 0.0), max(warm - steady, 0.0), steady
+    return max(cold - steady, 0.0), max(warm - steady, 0.0)
 
 
 def measure_backend(request: AuditRequest, backend: str, ceilings: dict) -> dict:
@@ -90,7 +90,7 @@ def measure_backend(request: AuditRequest, backend: str, ceilings: dict) -> dict
     else:
         mode = backend.removeprefix("inductor-") if backend != "inductor" else "default"
         if request.compile_time:
-            row.compile_cold_s, row.compile_warm_s, _ = _compile_times(built, request, mode, device)
+            row.compile_cold_s, row.compile_warm_s = _compile_times(built, request, mode, device)
         else:
             notes.append("compile times not measured (asked not to)")
         torch._dynamo.reset()
