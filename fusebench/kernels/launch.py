@@ -171,3 +171,74 @@ class Launch:
         direct = cuda_launch.DirectLaunch.build(compiled, self.grid, len(args), self.triton_launch, stream_of, device,
                                                 self.descriptors)
         self.fast = direct.call if direct is not None else self.triton_launch
+
+
+class LauncherCache:
+    """One kernel family's launchers, one per problem key (everything Triton specialises on, and
+    the forced plan).  A call is `get(key)`, a plain dict lookup; a key without a launcher asks
+    `miss(key, build, *args)`, which builds one and keeps it where `build` says its choice is
+    final (is_final): a launcher built on an untimed tuner's guess must be asked again."""
+
+    __slots__ = ("name", "_entries", "get")
+
+    def __init__(self, name: str):
+        self.name = name
+        self._entries: dict = {}
+        self.get = self._entries.get
+
+    def miss(self, key, build, *args):
+        """The launcher `build(*args)` returns as (launcher, final), kept under `key` when final."""
+        launcher, final = build(*args)
+        if final:
+            self._entries[key] = launcher
+        return launcher
+
+    def put(self, key, launcher):
+        self._entries[key] = launcher
+        return launcher
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class KernelState:
+    """Everything the kernel layer keeps between calls, in one place: each family's launchers
+    (`launchers`) and its other per-problem tables (`table`: launch plans, CUDA graphs, scratch
+    buffers).  `clear()` empties all of them, so a test or a run with other settings starts from
+    nothing."""
+
+    def __init__(self):
+        self._launchers: dict[str, LauncherCache] = {}
+        self._tables: dict[str, dict] = {}
+
+    def launchers(self, name: str) -> LauncherCache:
+        """The launcher cache of family `name` (made on first use, the same object afterwards)."""
+        cache = self._launchers.get(name)
+        if cache is None:
+            cache = self._launchers[name] = LauncherCache(name)
+        return cache
+
+    def table(self, name: str) -> dict:
+        """The per-problem dict `name` (made on first use, the same object afterwards)."""
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = {}
+        return table
+
+    def clear(self) -> None:
+        for cache in self._launchers.values():
+            cache.clear()
+        for table in self._tables.values():
+            table.clear()
+
+    def sizes(self) -> dict[str, int]:
+        """Entries held per cache and table (for tests and for a reader wondering what is kept)."""
+        return {**{f"launchers:{k}": len(v) for k, v in self._launchers.items()},
+                **{k: len(v) for k, v in self._tables.items()}}
+
+
+# The kernel layer's one state object; kernel modules take their caches from it at import.
+STATE = KernelState()
