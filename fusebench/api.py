@@ -20,7 +20,6 @@ import pandas as pd
 
 from fusebench.cases import PluginError, load_plugin, plugin_record
 from fusebench.env import best_device, collect
-from fusebench.measure import accuracy as _accuracy  # noqa: F401 (registers the columns cells carry)
 from fusebench.measure import load as machine_load
 from fusebench.measure import reference as ref_workload
 from fusebench.measure.timing import TimingSettings

@@ -74,8 +74,8 @@ HEARTBEAT_S = 10.0
 # ... and a heartbeat older than this, from another host, means its owner is gone.
 STALE_S = 120.0
 
-# Cell columns: identity, outcome, then metrics.  Later metric families add columns here; an
-# older store gains them on open.
+# Cell columns: identity, outcome, then metrics.  Every column any module writes is declared here
+# (name -> SQL type); an older store gains the ones it lacks when a writer opens it.
 CELL_COLUMNS = {
     "id": "INTEGER PRIMARY KEY AUTOINCREMENT",
     "run_id": "INTEGER NOT NULL REFERENCES runs(id)",
@@ -146,6 +146,25 @@ CELL_COLUMNS = {
     # roofline against ceilings measured on this device (fusebench ceilings)
     "pct_roofline": "REAL",
     "roofline_bound": "TEXT",  # memory | compute
+    # the tolerance policy (measure/accuracy.py): which tolerance judged the cell ("tf32", or the
+    # dtype's own), and the cell's worst relative error over eager's on the same inputs
+    "tolerance": "TEXT",
+    "err_vs_eager": "REAL",
+    # the machine's load while the cell was timed (measure/load.py)
+    "threads": "INTEGER",  # torch's intra-op threads the cell ran with
+    "cpu_pressure": "REAL",  # share of the timing's wall time some task waited for a CPU (0-1)
+    "load_per_cpu": "REAL",  # 1-minute load average / usable CPUs, at the end of the timing
+    "under_load": "INTEGER",  # 1: measured while the CPU was busy (measure/load.py, under_load)
+    # every repetition of the timing (JSON list, us) and its spread, IQR / median (measure/timing.py):
+    # the noise `compare` judges a change against
+    "time_samples_us": "TEXT",
+    "time_spread": "REAL",
+    "phase_s": "TEXT",  # JSON {phase: wall-clock seconds} (measure/phases.py)
+    # where a Ray actor measured the cell (runner/ray_backend.py); NULL for local workers
+    "hostname": "TEXT",
+    "device_name": "TEXT",  # its device (GPU model, or the CPU)
+    "driver": "TEXT",  # its NVIDIA driver version
+    "gpu_id": "TEXT",  # the GPU Ray gave the actor, as numbered on its host
 }
 
 CELL_KEY = ("run_id", "case_name", "impl", "shape", "dtype")
@@ -157,12 +176,6 @@ ESSENTIAL_COLUMNS = {
     "cells": ("id", "run_id", "case_name", "impl", "shape", "dtype", "device", "status", "reason", "seconds",
               "time_us"),
 }
-
-
-def add_cell_columns(columns: dict[str, str]) -> None:
-    """Metric modules declare their columns here (name -> SQL type) at import time."""
-    for name, sql in columns.items():
-        CELL_COLUMNS.setdefault(name, sql)
 
 
 def now() -> str:

@@ -57,6 +57,26 @@ def test_old_store_gains_new_columns(db):
     assert "pct_roofline" in cols
 
 
+def test_the_columns_are_declared_in_the_store_module_alone(tmp_path):
+    # store.py loaded by itself (no other fusebench module imported) creates every column, typed as
+    # a store made by the whole package: no module adds columns when it is imported.
+    alone = tmp_path / "alone.db"
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('store_alone', sys.argv[1]); "
+            "m = sys.modules['store_alone'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "m.Store.open(sys.argv[2]).close(); print(sorted(n for n in sys.modules if n.startswith('fusebench')))")
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "fusebench", "store.py"), str(alone)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+    def columns(path):
+        with sqlite3.connect(path) as con:
+            return {t: [(c[1], c[2]) for c in con.execute(f"PRAGMA table_info({t})")] for t in ("runs", "cells")}
+
+    Store.open(str(tmp_path / "whole.db")).close()
+    assert columns(alone) == columns(tmp_path / "whole.db")
+    assert {"tolerance", "phase_s", "time_samples_us", "under_load", "gpu_id"} <= {c for c, _ in columns(alone)["cells"]}
+
+
 def _store_with_run(path, time_us):
     s = Store.open(str(path))
     run = s.start_run({"device": "cpu"}, {"cases": ["softmax"]}, {"rep_ms": 1})

@@ -11,12 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from fusebench.store import add_cell_columns
-
-# The tolerance policy's record (below): which tolerance judged the cell ("tf32", or the dtype's
-# own), and the cell's worst relative error over eager's on the same inputs.
-add_cell_columns({"tolerance": "TEXT", "err_vs_eager": "REAL"})
-
 CHUNK = 1 << 24  # elements per comparison chunk on a GPU (128 MiB in float64)
 # On the CPU, chunks whose float64 temporaries (512 KiB) the allocator reuses: 128 MiB ones are
 # mapped afresh for every operation, and their page faults were 3/4 of a comparison's time.

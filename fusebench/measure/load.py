@@ -26,15 +26,6 @@ import os
 import time
 from dataclasses import dataclass
 
-from fusebench.store import add_cell_columns
-
-add_cell_columns({
-    "threads": "INTEGER",  # torch's intra-op threads the cell ran with
-    "cpu_pressure": "REAL",  # share of the timing's wall time some task waited for a CPU (0-1)
-    "load_per_cpu": "REAL",  # 1-minute load average / usable CPUs, at the end of the timing
-    "under_load": "INTEGER",  # 1: measured while the CPU was busy (see under_load below)
-})
-
 PSI_PATH = "/proc/pressure/cpu"
 # A cell is under load when some task waited for a CPU this share of its timing's wall time ...
 PRESSURE_LIMIT = 0.10

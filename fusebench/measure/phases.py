@@ -10,10 +10,6 @@ from __future__ import annotations
 import contextlib
 import time
 
-from fusebench.store import add_cell_columns
-
-add_cell_columns({"phase_s": "TEXT"})
-
 
 class Phases:
     """Seconds per phase: `with phases("inputs"): ...` adds the block's wall time to "inputs"."""

@@ -47,11 +47,6 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from fusebench.store import add_cell_columns
-
-# Every repetition of a cell's timing (JSON list, us) and its spread: the noise `compare` judges a
-# change against, and what the summary and the report flag.
-add_cell_columns({"time_samples_us": "TEXT", "time_spread": "REAL"})
 # IQR / median above which a cell's time is flagged as too noisy to trust.
 NOISY_SPREAD = 0.10
 

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 
 from fusebench.runner.plan import Cell
 from fusebench.runner.scheduler import STICKY_CUDA_ERRORS, RunOptions, Scheduler
-from fusebench.store import add_cell_columns
 from fusebench.util import first_line
 
 RAY_MISSING = '--ray needs Ray: pip install "fusebench[ray]"'
@@ -63,14 +62,6 @@ def start_limit_s() -> float:
 
 class ActorStartError(RuntimeError):
     """No Ray actor could start to measure the run's cells: the run stops (and can be resumed)."""
-
-# Which host measured each cell.  NULL for cells measured by local workers.
-add_cell_columns({
-    "hostname": "TEXT",  # host of the Ray actor that measured the cell
-    "device_name": "TEXT",  # its device (GPU model, or the CPU)
-    "driver": "TEXT",  # its NVIDIA driver version
-    "gpu_id": "TEXT",  # the GPU Ray gave the actor, as numbered on its host
-})
 
 
 def ray_available() -> bool:

@@ -37,7 +37,6 @@ from typing import Callable
 
 from fusebench.cases import shape_str
 from fusebench.env import git_commit
-from fusebench.measure.phases import Phases  # noqa: F401 (registers the phase_s column this process writes)
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner import proctree
 from fusebench.runner.interpreter import spawning_under
