@@ -18,7 +18,7 @@ from rich.table import Table
 from fusebench.impls.ceiling import ceiling_for
 from fusebench.measure.accuracy import BASELINE_ERROR_FACTOR
 from fusebench.measure.timing import NOISY_SPREAD
-from fusebench.report.judge import beyond_ceiling, cell_spread, ceiling_pct, is_noisy, launch_bound
+from fusebench.report.judge import beyond_ceiling, cell_spread, ceiling_pct, is_ceiling, is_noisy, launch_bound
 from fusebench.util import as_text
 from fusebench.runner.modes import mode_label
 
@@ -38,15 +38,6 @@ def _fmt_time(us: float) -> str:
     if us >= 1e3:
         return f"{us / 1e3:.2f} ms"
     return f"{us:.1f} µs"
-
-
-def is_ceiling(impl: str) -> bool:
-    from fusebench.impls import get_impl
-
-    try:
-        return get_impl(impl).kind == "ceiling"
-    except Exception:  # an implementation of a plugin not loaded here
-        return impl in ("memcpy", "torch-mm")
 
 
 def _timed(row) -> bool:

@@ -321,7 +321,7 @@ def paired_cmd(
     from fusebench.cases import DTYPE_NAMES, get_case, load_plugin, parse_dtype, parse_shape, shape_str
     from fusebench.env import best_device
     from fusebench.impls import get_impl
-    from fusebench.measure.paired import append_csv, format_row, measure
+    from fusebench.runner.paired import append_csv, format_row, measure
 
     for path in plugin or []:
         load_plugin(path)

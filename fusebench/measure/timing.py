@@ -197,6 +197,26 @@ def warm_call(other: Callable[[], object], timed: Sequence, other_inputs: Sequen
     return warm
 
 
+# The seed of the warm call's second input set: apart from the seeds a cell checks and times.
+WARM_CALL_SEED = 1000
+
+
+def warm_call_for(call: Callable, inputs: Callable[[int], Sequence], timed: Sequence, device: str,
+                  st: TimingSettings, traffic: int | None) -> Callable[[], None] | None:
+    """The warm call for timing `call` on the inputs `timed`, or None: on the CPU, without a flush,
+    or above st.warm_call_max_bytes of traffic (the call's minimum bytes, else the size of `timed`).
+    `inputs(WARM_CALL_SEED)` makes the second input set (and readies the call for it)."""
+    if not device.startswith("cuda") or not st.flush_l2 or st.warm_call_max_bytes <= 0:
+        return None
+    if traffic is None:
+        traffic = sum(a.numel() * a.element_size() for a in timed if isinstance(a, torch.Tensor))
+    if traffic > st.warm_call_max_bytes:
+        return None
+    other = inputs(WARM_CALL_SEED)
+    # Its outputs, freed, are where the timed call's will be allocated.
+    return warm_call(lambda: call(*other), timed, other, discard=st.warm_call_discards)
+
+
 def _host_cover_cycles(fn, device) -> int:
     """GPU cycles to spin before each timed call so the host has enqueued the whole call before the
     start event fires: twice the host's enqueue time of one call, at least 50 us (at ~2 GHz).

@@ -128,6 +128,16 @@ def change(row_a, row_b) -> Change | None:
     return Change(ratio, ratio, ratio, "quantiles")
 
 
+def is_ceiling(impl: str) -> bool:
+    """Whether `impl` is a ceiling (memcpy, torch-mm): a reference, not a competitor."""
+    from fusebench.impls import get_impl
+
+    try:
+        return get_impl(impl).kind == "ceiling"
+    except Exception:  # an implementation of a plugin not loaded here
+        return impl in ("memcpy", "torch-mm")
+
+
 def ceiling_pct(time_us, ceiling_time_us) -> float | None:
     """% of the ceiling: time(ceiling) / time(impl) x 100 (the same bytes or FLOPs moved, so it is
     the GB/s or TFLOP/s over the ceiling's)."""

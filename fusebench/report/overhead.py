@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fusebench.summary import is_ceiling
+from fusebench.report.judge import is_ceiling
 
 RULE_FACTOR = 1.1
 SUBJECT, REFERENCE = "triton", "eager"

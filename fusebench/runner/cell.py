@@ -19,7 +19,7 @@ from fusebench.measure.accuracy import (BASELINE_ERROR_FACTOR, Tolerance, compar
                                         tolerance_policy)
 from fusebench.measure.load import apply_threads, watch
 from fusebench.measure.phases import Phases
-from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call
+from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call_for
 from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.modes import ModeCall, applies_in, case_in_mode, retained_graph_context
 from fusebench.runner.plan import Cell, cpu_dtype
@@ -27,8 +27,6 @@ from fusebench.store import now
 from fusebench.util import first_line
 
 SEEDS = (0, 1, 2)
-# Inputs of the warm call run after each L2 flush (see _warm_call): a seed apart from the timed ones.
-WARM_CALL_SEED = 1000
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -432,9 +430,15 @@ def _time(call_of: ModeCall, case, prepared, forward, args, shape, dtype, device
     """Time the call (and the other metric families); the machine's load is watched meanwhile."""
     call_of.prime(args)  # bwd: the forward and its saved tensors, outside the timed call
     call = lambda: call_of(*args)  # noqa: E731
+    warm_fn = ModeCall(forward, case, call_of.mode)  # the mode's call, with its own graph in bwd
+
+    def second_inputs(seed):
+        other = case.make_inputs(shape, dtype, device, seed)
+        warm_fn.prime(other)
+        return other
+
     with ph("warm_call"):
-        warm = _warm_call(case, prepared, args, shape, dtype, device, timing, row["min_bytes"],
-                          call=ModeCall(forward, case, call_of.mode))
+        warm = warm_call_for(warm_fn, second_inputs, args, device, timing, row["min_bytes"])
     with watch(row.get("threads") or torch.get_num_threads()) as seen:
         with ph("timing"):
             stats = time_call(call, device, timing, warm=warm)
@@ -465,26 +469,6 @@ def compare_training(out, ref, tol: tuple[float, float], grad_tol: tuple[float, 
                                                        f"(atol {grad_tol[0]:g}*max|ref|, rtol {grad_tol[1]:g})")
         worst = worst.worst(acc)
     return worst
-
-
-def _warm_call(case, prepared, args, shape, dtype, device, timing: TimingSettings, traffic: int | None,
-               call: ModeCall | None = None):
-    """The call on a second input set, for time_call to run after each flush (measure.timing), or
-    None: on the CPU, without a flush, or above timing.warm_call_max_bytes of traffic (the case's
-    minimum bytes, else its inputs' size).  `call`: the mode's call (its own graph in bwd), else
-    prepared.fn."""
-    if not device.startswith("cuda") or not timing.flush_l2 or timing.warm_call_max_bytes <= 0:
-        return None
-    if traffic is None:
-        traffic = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
-    if traffic > timing.warm_call_max_bytes:
-        return None
-    other = case.make_inputs(shape, dtype, device, WARM_CALL_SEED)
-    fn = prepared.fn if call is None else call
-    if call is not None:
-        call.prime(other)
-    # Its outputs, freed, are where the timed call's will be allocated.
-    return warm_call(lambda: fn(*other), args, other, discard=timing.warm_call_discards)
 
 
 def _other_metrics(names, ctx, row: dict, notes: list[str], mode: str = "fwd", ph: Phases | None = None) -> None:

@@ -329,25 +329,25 @@ class _FakeCase:
 
 
 def test_warm_call_runs_the_call_on_a_second_input_set():
-    from fusebench.impls.base import Prepared
-    from fusebench.runner.cell import SEEDS, WARM_CALL_SEED, _warm_call
+    from fusebench.measure.timing import WARM_CALL_SEED, warm_call_for
+    from fusebench.runner.cell import SEEDS
 
     case, seen = _FakeCase(), []
-    prepared = Prepared(fn=lambda x: seen.append(float(x[0, 0])))
-    args = case.make_inputs((4, 8), torch.float32, "cuda", 0)
-    warm = _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0", TimingSettings(), 256)
+    call = lambda x: seen.append(float(x[0, 0]))  # noqa: E731
+    inputs = lambda seed: case.make_inputs((4, 8), torch.float32, "cuda", seed)  # noqa: E731
+    args = inputs(0)
+    warm = warm_call_for(call, inputs, args, "cuda:0", TimingSettings(), 256)
     warm()
     assert seen == [WARM_CALL_SEED] and WARM_CALL_SEED not in SEEDS
     # none on the CPU, without a flush, when turned off, or above the traffic limit
     for device, settings, traffic in (("cpu", TimingSettings(), 256), ("cuda:0", TimingSettings(flush_l2=False), 256),
                                       ("cuda:0", TimingSettings(warm_call_max_bytes=0), 256),
                                       ("cuda:0", TimingSettings(), (1 << 30) + 1)):
-        assert _warm_call(case, prepared, args, (4, 8), torch.float32, device, settings, traffic) is None
+        assert warm_call_for(call, inputs, args, device, settings, traffic) is None
     # without a minimum-bytes model, the inputs' size decides
     small = TimingSettings(warm_call_max_bytes=4 * 8 * 4)
-    assert _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0", small, None) is not None
-    assert _warm_call(case, prepared, args, (4, 8), torch.float32, "cuda:0",
-                      TimingSettings(warm_call_max_bytes=4 * 8 * 4 - 1), None) is None
+    assert warm_call_for(call, inputs, args, "cuda:0", small, None) is not None
+    assert warm_call_for(call, inputs, args, "cuda:0", TimingSettings(warm_call_max_bytes=4 * 8 * 4 - 1), None) is None
 
 
 def test_resuming_a_run_stored_before_the_warm_call_keeps_its_timing(db):

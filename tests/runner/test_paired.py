@@ -1,4 +1,4 @@
-"""`fusebench paired` (fusebench.measure.paired) and the interleaved timing under it
+"""`fusebench paired` (fusebench.runner.paired) and the interleaved timing under it
 (measure.timing.time_interleaved)."""
 import csv
 import os
@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from fusebench.cli import app
-from fusebench.measure import paired
+from fusebench.runner import paired
 from fusebench.measure.timing import TimingSettings, time_interleaved
 
 gpu = pytest.mark.gpu

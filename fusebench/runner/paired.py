@@ -26,7 +26,8 @@ import torch
 from fusebench.cases.base import DTYPES, get_case
 from fusebench.impls.base import get_impl
 from fusebench.measure.accuracy import compare
-from fusebench.measure.timing import TimingSettings, time_interleaved
+from fusebench.measure.timing import TimingSettings, time_interleaved, warm_call_for
+from fusebench.runner.cell import SEEDS
 
 CSV_FIELDS = ("case", "shape", "dtype", "a", "b", "a_us", "b_us", "speedup", "lo", "hi", "rounds", "verdict",
               "a_plan", "b_plan")
@@ -58,8 +59,6 @@ def _in_context(prepared, fn, *args):
 def measure(case_name: str, shape, impl_names: Sequence[str], dtype_name: str, device: str, rounds: int,
             threshold: float = 0.95) -> dict:
     """One shape: a row of CSV_FIELDS, or a row whose `verdict` says why nothing was timed."""
-    from fusebench.runner.cell import SEEDS, _warm_call
-
     case = get_case(case_name)
     dtype = DTYPES[dtype_name]
     row = dict(case=case_name, shape="x".join(map(str, shape)), dtype=dtype_name, a=impl_names[0], b=impl_names[1])
@@ -84,7 +83,8 @@ def measure(case_name: str, shape, impl_names: Sequence[str], dtype_name: str, d
         row[f"{'ab'[len(fns)]}_plan"] = prepared.note_after() or prepared.note or ""
         fns.append(functools.partial(_in_context, prepared, prepared.fn, *args))
         # the runner's warm call (on a GPU, up to warm_call_max_bytes of traffic; else None)
-        warm = _warm_call(case, prepared, args, shape, dtype, device, settings, case.min_bytes(shape, dtype))
+        warm = warm_call_for(prepared.fn, lambda seed: case.make_inputs(shape, dtype, device, seed), args, device,
+                             settings, case.min_bytes(shape, dtype))
         warms.append(None if warm is None else functools.partial(_in_context, prepared, warm))
     del ref
     with torch.no_grad():
