@@ -12,7 +12,7 @@
     def my_softmax(x):
         ...
 """
-__version__ = "0.1.0"
+from fusebench.version import __version__  # noqa: E402,F401
 
 from fusebench.api import results, run  # noqa: E402,F401
 from fusebench.cases import Case, case, get_case, rand, randn, register  # noqa: E402,F401

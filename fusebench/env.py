@@ -9,7 +9,7 @@ import subprocess
 
 import torch
 
-import fusebench
+from fusebench.version import __version__
 
 
 def git_commit() -> str | None:
@@ -87,7 +87,7 @@ def collect(device: str) -> dict:
     except ImportError:
         triton_version = None
     env = {
-        "fusebench_version": fusebench.__version__,
+        "fusebench_version": __version__,
         "git_commit": git_commit(),
         "torch": torch.__version__,
         "triton": triton_version,
