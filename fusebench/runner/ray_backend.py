@@ -210,20 +210,19 @@ def plugin_payload(paths: list[str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _warm_up(device: str) -> None:
+def _warm_up(device: str, state) -> None:
     """Measure one throwaway cell (softmax, eager, 8x8) in a fresh actor, so that what every process
     pays before its first measurement (the modules the measurement imports, the device's context)
     is paid in the actor's start-up, under its own limit, and not in its first cell's time."""
     from fusebench.measure.timing import TimingSettings
-    from fusebench.runner.cell import CELL_DATA, measure_cell, worker_process
+    from fusebench.runner.cell import measure_cell
 
-    worker_process()
     try:
         measure_cell(Cell("softmax", "eager", (8, 8), "fp32", device),
-                     TimingSettings(warmup_ms=1, rep_ms=1, min_reps=2, max_reps=2), (0,), (), None)
+                     TimingSettings(warmup_ms=1, rep_ms=1, min_reps=2, max_reps=2), (0,), (), None, state=state)
     except Exception:  # noqa: BLE001 - a warm-up only: the cells report their own failures
         pass
-    CELL_DATA.clear()
+    state.data.clear()
 
 
 class CellActor:
@@ -240,6 +239,7 @@ class CellActor:
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
         from fusebench.cases import load_plugin
         from fusebench.env import collect
+        from fusebench.runner.worker_state import WorkerState
 
         folder = tempfile.mkdtemp(prefix="fusebench-plugins-")
         for name, digest, text in plugins:
@@ -258,7 +258,9 @@ class CellActor:
         self.where = dict(hostname=socket.gethostname(), device_name=env.get("device_name"),
                           driver=env.get("driver"), gpu_id=",".join(str(g) for g in gpu_ids) or None)
         self.node_id = ray.get_runtime_context().get_node_id()
-        _warm_up(device)
+        # An actor's process is fusebench's own: survivors of a cell are frozen.
+        self.state = WorkerState(freeze=True)
+        _warm_up(device, self.state)
 
     def ready(self) -> tuple[str, dict]:
         """The Ray node this actor runs on (its liveness tells node loss from a crashing cell), and
@@ -266,13 +268,10 @@ class CellActor:
         return self.node_id, self.where
 
     def measure(self, cell: dict) -> dict:
-        from fusebench.runner.cell import measure_cell, worker_process
-
-        worker_process()  # an actor's process is fusebench's own: survivors of a cell may be frozen
+        from fusebench.runner.cell import measure_cell
 
         o = self.opts
-        row = measure_cell(Cell(**cell), o.timing, o.seeds, o.metrics,
-                           self.db_path)
+        row = measure_cell(Cell(**cell), o.timing, o.seeds, o.metrics, self.db_path, state=self.state)
         row.update(self.where)
         return row
 

@@ -153,10 +153,10 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
     try:
         from fusebench.cases import load_plugin
-        from fusebench.runner.cell import measure_cell, worker_process
+        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.worker_state import WorkerState
 
-        worker_process()
-
+        state = WorkerState(freeze=True)  # the process is fusebench's own: survivors of a cell are frozen
         for path in opts.plugins:
             load_plugin(path, opts.plugin_hashes.get(path))
     except (Exception, SystemExit) as exc:
@@ -170,7 +170,7 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
             return  # the parent is gone
         if msg is None:
             return
-        row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path)
+        row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path, state=state)
         conn.send(("done", (row, _rss_bytes())))
         if _sticky(row):
             os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
@@ -246,15 +246,17 @@ class Scheduler:
         return self._run_isolated(cells)
 
     def _run_inline(self, cells: list[Cell]) -> None:
-        from fusebench.runner.cell import CELL_DATA, measure_cell
+        from fusebench.runner.cell import measure_cell
+        from fusebench.runner.worker_state import WorkerState
 
+        state = WorkerState()  # the caller's process: nothing is frozen
         try:
             for cell in cells:
                 self.on_cell(cell, None)
                 self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
-                                                self.opts.db_path))
+                                                self.opts.db_path, state=state))
         finally:  # the caller's process keeps no inputs or references of the run
-            CELL_DATA.clear()
+            state.data.clear()
 
     def _spawn(self, gpu: int | None, failures: int = 0) -> _Worker:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child

@@ -11,8 +11,10 @@ import fusebench
 from fusebench.measure.phases import Phases
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner import cell as cellmod
-from fusebench.runner.cell import CellData, measure_cell
+from fusebench.runner import worker_state
+from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
+from fusebench.runner.worker_state import CellData, WorkerState
 
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5)
 
@@ -44,7 +46,6 @@ def counted_case():
     from fusebench.cases.base import _REGISTRY
     from fusebench.impls import base
 
-    cellmod.CELL_DATA.clear()
     yield calls
     _REGISTRY.pop("cellcost_tanh", None)
     for name in ("cellcost-clobber", "cellcost-copy"):
@@ -57,13 +58,12 @@ def _cells(impls, shape=(16, 24)):
 
 def test_reference_and_inputs_are_made_once_for_every_implementation_of_a_shape(counted_case):
     impls = ["eager", "cellcost-clobber", "cellcost-copy", "memcpy"]
-    made = dict(cellmod.CELL_DATA.made)
-    rows = [measure_cell(c, FAST) for c in _cells(impls)]
+    state = WorkerState()
+    rows = [measure_cell(c, FAST, state=state) for c in _cells(impls)]
     assert [r["status"] for r in rows] == ["ok"] * 4, [r.get("reason") for r in rows]
     # three seeds: three references and three input sets for four implementations
     assert counted_case["reference"] == 3
-    assert cellmod.CELL_DATA.made["reference"] - made["reference"] == 3
-    assert cellmod.CELL_DATA.made["inputs"] - made["inputs"] == 3
+    assert state.data.made == {"reference": 3, "inputs": 3}
     # the one that wrote over its inputs is checked against the seed's inputs, and the
     # implementation after it still got them
     assert rows[1]["max_abs_err"] < 1e-5
@@ -71,20 +71,23 @@ def test_reference_and_inputs_are_made_once_for_every_implementation_of_a_shape(
 
 
 def test_another_shape_or_nothing_kept_computes_again(counted_case):
-    measure_cell(_cells(["eager"])[0], FAST)
-    measure_cell(_cells(["eager"], shape=(8, 24))[0], FAST)  # another key: its own references
+    state = WorkerState()
+    measure_cell(_cells(["eager"])[0], FAST, state=state)
+    measure_cell(_cells(["eager"], shape=(8, 24))[0], FAST, state=state)  # another key: its own references
     assert counted_case["reference"] == 6
-    cellmod.CELL_DATA.max_bytes = 0  # nothing fits: each cell computes its own
-    try:
-        cellmod.CELL_DATA.clear()
-        for c in _cells(["eager", "cellcost-copy"]):
-            assert measure_cell(c, FAST)["status"] == "ok"
-        assert counted_case["reference"] == 12
-        # kept or not, the reference is of the seed's inputs, not of what an implementation left in them
-        row = measure_cell(_cells(["cellcost-clobber"])[0], FAST)
-        assert row["status"] == "ok" and row["max_abs_err"] < 1e-5, row.get("reason")
-    finally:
-        cellmod.CELL_DATA.max_bytes = CellData().max_bytes
+    state.data.max_bytes = 0  # nothing fits: each cell computes its own
+    for c in _cells(["eager", "cellcost-copy"]):
+        assert measure_cell(c, FAST, state=state)["status"] == "ok"
+    assert counted_case["reference"] == 12
+    # kept or not, the reference is of the seed's inputs, not of what an implementation left in them
+    row = measure_cell(_cells(["cellcost-clobber"])[0], FAST, state=state)
+    assert row["status"] == "ok" and row["max_abs_err"] < 1e-5, row.get("reason")
+
+
+def test_without_a_state_nothing_is_kept_between_cells(counted_case):
+    for c in _cells(["eager", "cellcost-copy"]):
+        assert measure_cell(c, FAST)["status"] == "ok"
+    assert counted_case["reference"] == 6
 
 
 def test_kept_inputs_are_cloned_with_their_layout():
@@ -99,7 +102,7 @@ def test_kept_inputs_are_cloned_with_their_layout():
         assert torch.equal(x, z) and torch.equal(y, z) and x.stride() == z.stride()
         assert x.data_ptr() != y.data_ptr()  # each cell its own copy
     # a view with gaps would come back compacted by clone(): not kept
-    assert not cellmod._clone_keeps_layout((torch.randn(8, 16)[:, ::2],))
+    assert not worker_state._clone_keeps_layout((torch.randn(8, 16)[:, ::2],))
 
 
 @pytest.mark.slow
@@ -136,23 +139,23 @@ class _Node:
 
 
 def test_free_memory_collects_only_new_garbage_unless_full(monkeypatch):
-    monkeypatch.setattr(cellmod, "_FREEZE", [True])  # as in a worker process
+    state = WorkerState(freeze=True)  # as in a worker process
     gc.collect()
     node = _Node()
     node.me = node  # a cycle: only the collector frees it
     alive = weakref.ref(node)
-    cellmod.free_memory("cpu", full=False)  # it is alive now, so it is frozen
+    state.free_memory("cpu", full=False)  # it is alive now, so it is frozen
     assert gc.get_freeze_count() > 0
     del node
-    cellmod.free_memory("cpu", full=False)
+    state.free_memory("cpu", full=False)
     assert alive() is not None  # frozen garbage is not walked: that is what makes it cheap
-    cellmod.free_memory("cpu", full=True)
+    state.free_memory("cpu", full=True)
     assert alive() is None
     fresh = _Node()
     fresh.me = fresh
     young = weakref.ref(fresh)
     del fresh
-    cellmod.free_memory("cpu", full=False)  # garbage made since the last freeze is collected
+    state.free_memory("cpu", full=False)  # garbage made since the last freeze is collected
     assert young() is None
     gc.unfreeze()
 
@@ -216,7 +219,7 @@ def test_a_callers_process_is_left_unfrozen_and_keeps_nothing(db):
     fusebench.run(["softmax"], impls=["eager"], shapes="8x8", device="cpu", db=db, timing=FAST, metrics="none",
                   isolate=False)
     assert gc.get_freeze_count() == 0
-    assert cellmod.CELL_DATA.key is None and not cellmod.CELL_DATA.inputs and not cellmod.CELL_DATA.references
+    assert not [o for o in gc.get_objects() if type(o) is CellData and (o.key or o.inputs or o.references)]
 
 
 @pytest.mark.parametrize("held, walks", [(0, [False, False]), (1 << 30, [False, False, True])])
@@ -224,13 +227,14 @@ def test_a_new_case_walks_frozen_objects_again_only_if_the_gpu_still_holds_memor
     # on a GPU, a case change re-walks the frozen objects (full) only when memory is still held
     fulls = []
 
-    def measure(cell, timing, seeds, row, *rest):
-        row["status"] = "ok"
+    def measure(m):
+        m.row["status"] = "ok"
 
+    state = WorkerState()
+    state.last_case = "softmax"
     monkeypatch.setattr(cellmod, "_measure", measure)
-    monkeypatch.setattr(cellmod, "free_memory", lambda device, full=True: fulls.append(full))
+    monkeypatch.setattr(state, "free_memory", lambda device, full=True: fulls.append(full))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held)
-    monkeypatch.setattr(cellmod, "_LAST_CASE", ["softmax"])
-    measure_cell(Cell("softmax", "eager", (8, 8), "fp32", "cuda:0"), FAST)
-    measure_cell(Cell("layernorm", "eager", (8, 8), "fp32", "cuda:0"), FAST)
+    measure_cell(Cell("softmax", "eager", (8, 8), "fp32", "cuda:0"), FAST, state=state)
+    measure_cell(Cell("layernorm", "eager", (8, 8), "fp32", "cuda:0"), FAST, state=state)
     assert fulls == walks
