@@ -4,10 +4,10 @@
 For every image b, y[b] = W @ x[b] with W the (C_out, C_in) weight and x[b] the (C_in, H*W) image.
 The images' GEMMs share W, so the kernel runs them as one GEMM whose columns are the pixels of
 every image in turn (no tile is half padding where H*W is 49 or 196).  Its B operand is x read in
-place, or x's channels_last copy, the (N*H*W, C_in) matrix that conv.py's transposing kernel
-writes first: in place, an image's channels are H*W elements apart, and at 7x7 no load of x is
-wider than one element, so the GEMM runs 1.5-2.3x slower there than on the copy, while at 28x28
-and 56x56 it loads 16-byte vectors and the copy costs more than it saves (docs/kernels.md).
+place, or x's channels_last copy, the (N*H*W, C_in) matrix that conv_epilogue.py's transposing
+kernel writes first: in place, an image's channels are H*W elements apart, and at 7x7 no load of x
+is wider than one element, so the GEMM is slower there than on the copy, while at 28x28 and 56x56
+it loads 16-byte vectors and the copy costs more than it saves (docs/kernels.md, 'Conv epilogues').
 Bias, batch norm, residual and relu are applied to the fp32 accumulator, whose rows are output
 channels, and the tile is stored straight into the NCHW output: one pass over y, where cuDNN's
 conv (and Inductor's) is followed by an epilogue kernel reading and writing it again.
@@ -26,8 +26,9 @@ from fusebench.kernels.launch import dependent
 from fusebench.kernels.tuning import triton_autotune as autotune
 
 
-# Hopper: mid-sized tiles, and 128x256 for the large layers (fastest at some 28x28 and 56x56 ones,
-# 2.5-5x slower than the others at 7x7 and 14x14); 128x128 at 4 warps is never the fastest
+# Hopper: mid-sized tiles, and 128x256 for the large layers, the fastest at some of them (far
+# slower than the others at 7x7 and 14x14); 128x128 at 4 warps is never the fastest
+# (docs/kernels.md, 'Conv epilogues')
 HOPPER_SPACE = [(128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
                 (64, 128, 128, 3, 4), (128, 64, 128, 4, 4), (64, 64, 128, 4, 4), (64, 64, 64, 6, 4),
                 (64, 64, 64, 4, 4)]
@@ -113,7 +114,7 @@ def applies(x: torch.Tensor, w: torch.Tensor, stride: int) -> bool:
 def conv1x1_nchw_plan(x, w, bias, residual, relu, bn=None, eps=1e-5, copy_x=None):
     """(plan, y): `plan(x, w, bias, residual, bn=None) -> y` for x's key, autotuned here, and its
     first result.  bn = (mean, var, gamma, beta) applies batch norm before the bias.  `copy_x(x)`,
-    where given, is x's channels_last copy (conv.py's transposing kernel), which the GEMM then reads,
+    where given, is x's channels_last copy (conv_epilogue.py's transposing kernel), which the GEMM then reads,
     launched as its dependent; else the GEMM reads x in place."""
     n, cin, h, wd = x.shape
     cout = w.shape[0]

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import fusebench.kernels.conv as kconv
-from fusebench.kernels import conv1x1
+from fusebench.kernels import conv1x1, conv_paths
 from compute_checks import gpu, needs_gpu
 
 
@@ -24,7 +24,7 @@ def _check(n, cin, h, w, cout, dtype, device, tol):
     conv = F.conv2d(x.double(), wt.double())
     normed = F.batch_norm(conv, *(t.double() for t in bn[:2]), *(t.double() for t in bn[2:]), False, 0.0,
                           kconv.BN_EPS)
-    for build in (kconv._gemm_nchw_plan, kconv._gemm_nchw_cl_plan):
+    for build in (conv_paths.gemm_nchw_plan, conv_paths.gemm_nchw_cl_plan):
         plan, y = build(x, wt, 1, bias, res, True)
         assert y.shape == conv.shape and y.is_contiguous()
         torch.testing.assert_close(y.double(), torch.relu(conv + bias.double()[:, None, None] + res.double()),
