@@ -58,8 +58,8 @@ def test_layernorm_backward_partials_over_programs(programs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("max_onchip", [16384, 16])
-def test_layernorm_backward_keeps_a_plan_per_key(max_onchip, monkeypatch):
-    monkeypatch.setattr(klnb, "_PLANS", {})
+def test_layernorm_backward_keeps_a_plan_per_key(max_onchip):
+    klnb._PLANS.clear()
     for seed, M in enumerate((33, 33, 12)):  # new tensors of the same key, then another key
         got, want = _layernorm_grads(M, 300, seed, max_onchip=max_onchip)
         for a, b in zip(got, want):
@@ -122,7 +122,7 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, saved, m
     # programs: the last round has rows past M, and the prefetch runs past the last row.  With
     # `saved` the forward's statistics are read instead of recomputed (a wrong one changes dx).
     monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
-    monkeypatch.setattr(klnb, "_PLANS", {})
+    klnb._PLANS.clear()
     M, N = 13, 301
     g = torch.Generator().manual_seed(N)
     x = torch.randn(M, N, generator=g) * 3 + (1000 if center else 0)
@@ -169,7 +169,7 @@ def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypat
     assert bf16 == [(512, 1, 16)] * 2 + [(1024, 2, 8)] * 2 + [(2048, 4, 4)] * 2
     assert fp32 == [(1024, 2, 8)] * 4 + [(2048, 4, 4)] * 2
     monkeypatch.undo()
-    monkeypatch.setattr(klnb, "_PLANS", {})
+    klnb._PLANS.clear()
     g = torch.Generator().manual_seed(37)
     x, w, dy, dh = torch.randn(5, 37, generator=g), torch.randn(37, generator=g), torch.randn(5, 37, generator=g), \
         torch.randn(5, 37, generator=g)
