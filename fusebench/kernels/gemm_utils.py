@@ -31,16 +31,14 @@ def has_tensor_descriptors() -> bool:
     return True
 
 
-# Precision of fp32 dots.  Triton's default is tf32 (like cuDNN's default for fp32 convolutions);
-# the matmul/conv cases' fp32 tolerances allow its rounding.  The interpreter computes in ieee.
-FP32_DOT_PRECISION = settings.current().fp32_precision
-
-
 def dot_precision(dtype: torch.dtype) -> str:
-    """The input_precision passed to tl.dot for operands of `dtype`, as stored in describe()."""
+    """The input_precision passed to tl.dot for operands of `dtype`, as stored in describe().  For
+    fp32 operands FUSEBENCH_FP32_PRECISION (settings.fp32_precision, read at each call: a plan's
+    first call), by default tf32, Triton's default as cuDNN's for fp32 convolutions; the
+    matmul/conv cases' fp32 tolerances allow its rounding.  The interpreter computes in ieee."""
     if dtype != torch.float32:
         return "ieee"  # fp16/bf16 products are exact in the fp32 accumulator
-    return "ieee" if is_interpreter() else FP32_DOT_PRECISION
+    return "ieee" if is_interpreter() else settings.current().fp32_precision
 
 
 def precision_note(dtype: torch.dtype) -> str:
@@ -123,7 +121,8 @@ def tuned_launch(kernel, grid: Callable[[dict], tuple], args: tuple, constants: 
 # GEMM + reduction) is launched from its cached plan: "launches" (each kernel launched in turn, the
 # default) or "graph" (the plan captured once per key in a CUDA graph and replayed: one launch of
 # the host, plus a copy of each input into the graph's buffers and of the output out of them).
-# Which is faster from Python is measured by .dev/probe_overhead_gemm.py on the device.
+# From Python the copies cost more than the launches they save (docs/kernels.md, 'What every
+# kernel shares').
 MULTI_KERNEL = "launches"
 _capturing = [0]  # GraphCalls being built: the plans made meanwhile are captured in theirs, not in their own
 

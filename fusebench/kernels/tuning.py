@@ -8,16 +8,17 @@ outputs are then dropped from L2, a spin kernel before each start event so that 
 cost stays out), not back to back as triton.testing.do_bench does: where a small kernel's GPU
 time is below Python's launch cost, back-to-back timing ranks candidates by host overhead.
 
-Compiling, not timing, is most of a first call's cost: a Triton compile takes ~0.2-1 s, timing a
-candidate ~10 ms.  The compile's MLIR and LLVM passes and ptxas run without the GIL (with Triton
-3.6 on two CPU cores, two threads compiled eight GEMM configs 1.85x as fast as one), so before
-timing, every candidate is launched once from a pool of FUSEBENCH_COMPILE_THREADS threads
+Compiling, not timing, is most of a first call's cost: a Triton compile takes far longer than
+timing a candidate.  The compile's MLIR and LLVM passes and ptxas run without the GIL, so threads
+compile candidates side by side (docs/kernels.md, 'What every kernel shares'), and before timing,
+every candidate is launched once from a pool of FUSEBENCH_COMPILE_THREADS threads
 (`compile_all`; for triton.autotune's configs, `compile_configs`).  That changes when a binary is
 built, not which binaries exist or how they are timed, so it cannot change a choice.
 
-Choices live in memory for the process and on disk (`ChoiceCache`), so that a second run does
-not tune again.  The CPU, the interpreter, CUDA-graph capture and FUSEBENCH_AUTOTUNE=0 use the
-first candidate (the heuristic's), untimed and not cached.
+Choices live in memory (TUNER's, in launch.STATE's tables, emptied by STATE.clear()) and on disk
+(`ChoiceCache`), so that a second run does not tune again.  The CPU, the interpreter, CUDA-graph
+capture and FUSEBENCH_AUTOTUNE=0 use the first candidate (the heuristic's), untimed and not
+cached.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ import triton
 
 from fusebench import settings
 from fusebench.kernels import device as dev
+from fusebench.kernels.launch import STATE
 from fusebench.util import first_line
 from fusebench.measure.timing import TimeStats, TimingSettings, time_call, time_interleaved, warm_call
 
@@ -74,17 +76,23 @@ def record() -> dict:
 # the on-disk cache
 
 
-@functools.lru_cache(maxsize=None)
+# {modules: their source hash}, read once per process (until STATE.clear())
+_SOURCE_HASHES = STATE.table("tuning.source_hashes")
+
+
 def source_hash(*modules: str) -> str:
     """A hash of the named modules' source files: a cached choice is only reused for the code it
     was timed with."""
-    h = hashlib.sha256()
-    for mod in modules:
-        spec = importlib.util.find_spec(mod)
-        h.update(mod.encode())
-        if spec is not None and spec.origin and os.path.exists(spec.origin):
-            h.update(Path(spec.origin).read_bytes())
-    return h.hexdigest()[:16]
+    found = _SOURCE_HASHES.get(modules)
+    if found is None:
+        h = hashlib.sha256()
+        for mod in modules:
+            spec = importlib.util.find_spec(mod)
+            h.update(mod.encode())
+            if spec is not None and spec.origin and os.path.exists(spec.origin):
+                h.update(Path(spec.origin).read_bytes())
+        found = _SOURCE_HASHES[modules] = h.hexdigest()[:16]
+    return found
 
 
 def encode(choice) -> object:
@@ -102,12 +110,22 @@ class ChoiceCache:
     A file holds {"meta": {...}, "choices": {problem key: encoded candidate}}.  A cached choice is
     used only if it equals (encoded) one of the current candidates, so a file never decides
     anything the code would not offer; a file that does not parse, or whose meta is another's, is
-    ignored.  Writes go to a temporary file renamed over the old one (atomic on POSIX)."""
+    ignored.  Writes go to a temporary file renamed over the old one (atomic on POSIX).
+
+    `directory` and `enabled` not given follow the settings (tuning_dir, tuning_cache) as they are
+    at each read and write."""
 
     def __init__(self, directory: Path | None = None, enabled: bool | None = None):
-        s = settings.current()
-        self.directory = Path(directory) if directory is not None else s.tuning_dir
-        self.enabled = s.tuning_cache if enabled is None else enabled
+        self._directory = Path(directory) if directory is not None else None
+        self._enabled = enabled
+
+    @property
+    def directory(self) -> Path:
+        return self._directory if self._directory is not None else settings.current().tuning_dir
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled if self._enabled is not None else settings.current().tuning_cache
 
     @staticmethod
     def meta(device_name: str, source: str) -> dict:
@@ -159,13 +177,15 @@ class Tuner:
     """Choices per problem key: in memory (this process), then on disk (`cache`), else timed.
 
     `time_candidate(launch_one, warm) -> ms` times one candidate (default: gpu_time_ms); tests
-    pass their own."""
+    pass their own.  `choices` and `timings` are the dicts the choices and their candidates' times
+    are kept in (default: new ones)."""
 
-    def __init__(self, cache: ChoiceCache | None = None, time_candidate: Callable | None = None):
+    def __init__(self, cache: ChoiceCache | None = None, time_candidate: Callable | None = None,
+                 choices: dict | None = None, timings: dict | None = None):
         self.cache = cache
-        self.choices: dict[Hashable, object] = {}
+        self.choices: dict[Hashable, object] = {} if choices is None else choices
         self.time_candidate = time_candidate
-        self.timings: dict[Hashable, dict] = {}
+        self.timings: dict[Hashable, dict] = {} if timings is None else timings
 
     def _cache(self) -> ChoiceCache:
         if self.cache is None:
@@ -261,7 +281,9 @@ class Tuner:
         return gpu_time_ms(fn, device, warm=warm)
 
 
-TUNER = Tuner()
+# The kernels' tuner: its choices and timings are launch.STATE's tables, so that STATE.clear()
+# forgets them with the launchers built on them.
+TUNER = Tuner(choices=STATE.table("tuning.choices"), timings=STATE.table("tuning.timings"))
 
 
 def autotune(*args, **kwargs):

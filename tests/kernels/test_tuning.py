@@ -8,6 +8,7 @@ import torch
 from fusebench import settings
 from fusebench.cases.base import get_case
 from fusebench.kernels import tuning
+from fusebench.kernels.launch import STATE
 import fusebench.kernels.pointwise as kpw
 from kernel_checks import DEVICE, ON_GPU, gpu
 
@@ -89,6 +90,38 @@ def test_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         settings.refresh()
+
+
+def test_choice_cache_follows_the_settings_at_each_use(tmp_path, monkeypatch):
+    # a cache made before the settings change (as TUNER's is) reads and writes where they say now
+    cache = tuning.ChoiceCache()
+    monkeypatch.setenv("FUSEBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSEBENCH_TUNING_CACHE", "1")
+    settings.refresh()
+    assert cache.enabled and cache.directory == tmp_path / "tuning"
+    meta = tuning.ChoiceCache.meta("test", "src")
+    cache.put(meta, "k", "b")
+    assert cache.get(meta, "k", ["a", "b"]) == "b" and (tmp_path / "tuning").is_dir()
+    monkeypatch.setenv("FUSEBENCH_TUNING_CACHE", "0")
+    settings.refresh()
+    assert not cache.enabled and cache.get(meta, "k", ["a", "b"]) is None
+
+
+def test_the_tuners_memory_is_part_of_the_kernel_state(tmp_path, monkeypatch):
+    # TUNER's choices and timings, and the source hashes, are launch.STATE's tables: STATE.clear()
+    # forgets them with the launchers built on them, and a source is hashed again after it
+    assert tuning.TUNER.choices is STATE.table("tuning.choices")
+    assert tuning.TUNER.timings is STATE.table("tuning.timings")
+    tuning.TUNER.choices["a key of this test"] = "a"
+    module = tmp_path / "fusebench_probe_source.py"
+    module.write_text("x = 1\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    first = tuning.source_hash("fusebench_probe_source")
+    module.write_text("x = 2\n")
+    assert tuning.source_hash("fusebench_probe_source") == first  # hashed once for the process
+    STATE.clear()
+    assert "a key of this test" not in tuning.TUNER.choices
+    assert tuning.source_hash("fusebench_probe_source") != first
 
 
 def test_untimed_where_tuning_is_off_first_candidate():
