@@ -1,17 +1,23 @@
-"""What a case is, and the registry that holds them.
+"""What a case is, and the lookups of the catalog that holds them.
 
 A *case* is one fusion workload: a plain PyTorch function (the eager reference), a seeded input
 factory, an analytic model of the fewest bytes it must move and the FLOPs it must do, shape sets,
 and tolerances.  Every implementation (eager, Inductor, our Triton kernels, vendor kernels) computes
 the same function on the same inputs, so that they can be compared cell by cell.
+
+A case is the op's one object: what computes it attaches to it (`kernel`, `adapters`), and the
+catalog (fusebench/catalog.py) holds the cases that modules declare.  This layer imports torch and
+the catalog only, never kernels, implementations or the runner: they import it.
 """
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
+
+from fusebench import catalog
 
 Shape = tuple[int, ...]
 # make_inputs(shape, dtype, device, seed) -> tuple of positional arguments for fn
@@ -36,6 +42,11 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.bfloat16: (1e-2, 5e-2),
 }
 
+
+# A case whose memory_bound is not given is read as memory-bound when it does fewer FLOPs per
+# minimum byte than this at its first shape: a GPU does tens of FLOPs in the time it moves a byte
+# from DRAM, element-wise and reduction work a few at most.
+MEMORY_BOUND_INTENSITY = 10.0
 
 # Shape axes that are on/off switches rather than sizes.
 FLAG_AXES = {"causal", "channels_last"}
@@ -87,6 +98,9 @@ def numel_bytes(shape: Sequence[int], dtype: torch.dtype) -> int:
 class Case:
     """One fusion workload.  See module docstring."""
 
+    # A Case bound at module level in a walked package is a case of the catalog (fusebench/catalog.py).
+    __catalog_table__: ClassVar[str] = "cases"
+
     name: str
     family: str
     fn: Callable[..., Any]
@@ -124,6 +138,24 @@ class Case:
     # Planned by a CPU run that names no cases?  (Cases whose CPU cells cost more than the default
     # run's few minutes allow run on the CPU only by name.)
     cpu_default: bool = True
+    # Bound by the bytes it must move rather than by its FLOPs: a fused kernel of it should run at
+    # the copy rate.  None: judged from the byte and FLOP models (a user's case).
+    memory_bound: bool | None = None
+    # The ceiling implementation its implementations are shown against (fusebench/impls/ceiling.py),
+    # e.g. "torch-mm"; None: "memcpy" when the case is memory-bound, else none.
+    ceiling: str | None = None
+    # Attached by the layers above, never set here.  kernel: fusebench's Triton kernel for it (a
+    # kernels.registry.TritonKernel, with its autograd wrapper), by @triton_kernel(case).
+    # adapters: what other implementations run for it, by implementation name (a peer library's
+    # call, cuBLASLt's epilogue, SDPA), each of the form its implementation defines (impls/).
+    kernel: Any = field(default=None, compare=False, repr=False)
+    adapters: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.memory_bound is None:
+            self.memory_bound = judged_memory_bound(self)
+        if self.ceiling is None and self.memory_bound:
+            self.ceiling = "memcpy"
 
     @property
     def differentiable(self) -> bool:
@@ -169,38 +201,45 @@ class Case:
             return (self.reference or self.fn)(*up)
 
 
-_REGISTRY: dict[str, Case] = {}
+def judged_memory_bound(case: Case) -> bool:
+    """Memory-bound by its models: a byte model, and fewer FLOPs per minimum byte than
+    MEMORY_BOUND_INTENSITY at its first shape (or no FLOP model).  A model that fails: not judged so."""
+    if case.bytes_model is None:
+        return False
+    shape = (case.quick_shapes or case.grid_shapes or [None])[0]
+    if shape is None or case.flops_model is None:
+        return True
+    try:
+        nbytes = case.min_bytes(shape, case.default_dtype) or 0
+        return nbytes > 0 and case.flops(shape, case.default_dtype) / nbytes < MEMORY_BOUND_INTENSITY
+    except Exception:  # the user's model raised at its own first shape: its cells will say so
+        return False
+
+
+# The catalog's table of cases; kept under this name for callers that remove a case they added.
+_REGISTRY: dict[str, Case] = catalog.CATALOG.cases
 
 
 def register(case: Case, *, replace: bool = False) -> Case:
     """Add a case to the catalog; a user case may replace one of its own name (a reloaded plugin)."""
-    if case.name in _REGISTRY and not replace:
-        raise ValueError(f"case {case.name!r} is already registered")
-    _REGISTRY[case.name] = case
+    catalog.load().add("cases", case.name, case, replace=replace)
     return case
 
 
 def get_case(name: str) -> Case:
-    _load_builtin()
-    if name not in _REGISTRY:
-        raise UnknownName(f"unknown case {name!r}{suggest(name, list(_REGISTRY))}")
-    return _REGISTRY[name]
+    cases = catalog.load().cases
+    if name not in cases:
+        raise UnknownName(f"unknown case {name!r}{suggest(name, list(cases))}{catalog.CATALOG.failures()}")
+    return cases[name]
 
 
 def all_cases() -> list[Case]:
-    _load_builtin()
-    return list(_REGISTRY.values())
+    return list(catalog.load().cases.values())
 
 
-def _load_builtin() -> None:
-    # Importing the family modules registers their cases (once), in the specification's order.
-    import fusebench.cases.elementwise  # noqa: F401
-    import fusebench.cases.reduce  # noqa: F401
-    import fusebench.cases.horizontal  # noqa: F401
-    import fusebench.cases.matmul  # noqa: F401
-    import fusebench.cases.conv  # noqa: F401
-    import fusebench.cases.mix  # noqa: F401
-    import fusebench.cases.training  # noqa: F401
+def memory_bound_names() -> list[str]:
+    """The memory-bound cases, in catalog order."""
+    return [c.name for c in all_cases() if c.memory_bound]
 
 
 def case(
@@ -217,6 +256,7 @@ def case(
     tolerances: dict | None = None,
     reference: Callable | None = None,
     description: str = "",
+    memory_bound: bool | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator to register a user's own case::
 
@@ -224,11 +264,13 @@ def case(
                         shapes=[(1024, 1024)])
         def gelu_tanh(x):
             return torch.nn.functional.gelu(x, approximate="tanh")
+
+    memory_bound: whether its bytes rather than its FLOPs bound it (shown against the same-size copy);
+    None: judged from bytes_model and flops_model.
     """
 
     def wrap(fn: Callable) -> Callable:
-        _load_builtin()
-        existing = _REGISTRY.get(name or fn.__name__)
+        existing = catalog.load().cases.get(name or fn.__name__)
         if existing is not None and existing.plugin is None:  # built-in cases have no plugin
             raise ValueError(f"{existing.name!r} is a built-in case; give yours another name")
         dt = parse_dtype(dtype) if isinstance(dtype, str) else dtype
@@ -251,6 +293,7 @@ def case(
                 reference=reference,
                 description=description or (fn.__doc__ or "").strip().split("\n")[0],
                 plugin=getattr(fn, "__module__", None),
+                memory_bound=memory_bound,
             ),
             replace=True,
         )
@@ -294,8 +337,8 @@ def load_plugin(path: str, sha256: str | None = None) -> list[str]:
     if sha256 is not None and hashlib.sha256(source).hexdigest() != sha256:
         raise PluginError(f"plugin {path} has changed since it was recorded (sha256 "
                           f"{hashlib.sha256(source).hexdigest()[:12]}, recorded {sha256[:12]})")
-    _load_builtin()  # first: built-in cases are not the plugin's
-    before = set(_REGISTRY)
+    cases = catalog.load().cases  # first: built-in cases are not the plugin's
+    before = set(cases)
     mod_name = f"fusebench_plugin_{hashlib.sha256(path.encode()).hexdigest()[:16]}"
     module = types.ModuleType(mod_name)
     module.__file__ = path
@@ -313,9 +356,10 @@ def load_plugin(path: str, sha256: str | None = None) -> list[str]:
         from fusebench.util import first_line
 
         raise PluginError(f"plugin {path} failed to import{where}: {first_line(exc)}") from None
-    added = [n for n in _REGISTRY if n not in before or _REGISTRY[n].plugin == mod_name]
+    catalog.CATALOG.collect(module, replace=True)  # what it declares (a marked implementation ...)
+    added = [n for n in cases if n not in before or cases[n].plugin == mod_name]
     for n in added:
-        _REGISTRY[n].plugin = path
+        cases[n].plugin = path
     return added
 
 

@@ -8,8 +8,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fusebench.cases.base import Case, numel_bytes, rand, randn, register
+from fusebench.cases.base import Case, numel_bytes, rand, randn
 
+# Where this family comes in the catalog (fusebench/catalog.py): the specification's order.
+CATALOG_ORDER = 5
 AXES = ("N", "C_in", "H", "W", "C_out", "R", "stride", "channels_last")
 BN_EPS = 1e-5
 
@@ -101,15 +103,18 @@ def _validate(s):
         raise ValueError(f"filter {s[5]}x{s[5]} is larger than the padded {s[2]}x{s[3]} input")
 
 
-for name, fn, inputs, bytes_model, flops_model, desc in [
-    ("conv_add", conv_add, _conv_add_inputs, _conv_bytes(1, 0), _conv_flops(1), "conv2d(x, w) + residual"),
-    ("conv_relu", conv_relu, _conv_relu_inputs, _conv_bytes(0, 1), _conv_flops(2), "relu(conv2d(x, w, bias))"),
-    ("conv_bn", conv_bn, _conv_bn_inputs, _conv_bytes(0, 4), _conv_flops(2),
-     "batch_norm(conv2d(x, w), running stats, eval mode)"),
-]:
-    register(Case(
+def _conv_case(name, fn, inputs, bytes_model, flops_model, description: str) -> Case:
+    return Case(
         name=name, family="conv", fn=fn, make_inputs=inputs, default_dtype=torch.float16,
         quick_shapes=list(QUICK), cpu_shapes=list(CPU), grid_shapes=list(GRID), axes=AXES,
         bytes_model=bytes_model, flops_model=flops_model, tolerances=TOLERANCES,
-        validate_shape=_validate, description=desc,
-    ))
+        validate_shape=_validate, description=description, memory_bound=False,
+    )
+
+
+CONV_ADD = _conv_case("conv_add", conv_add, _conv_add_inputs, _conv_bytes(1, 0), _conv_flops(1),
+                      "conv2d(x, w) + residual")
+CONV_RELU = _conv_case("conv_relu", conv_relu, _conv_relu_inputs, _conv_bytes(0, 1), _conv_flops(2),
+                       "relu(conv2d(x, w, bias))")
+CONV_BN = _conv_case("conv_bn", conv_bn, _conv_bn_inputs, _conv_bytes(0, 4), _conv_flops(2),
+                     "batch_norm(conv2d(x, w), running stats, eval mode)")

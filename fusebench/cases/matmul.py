@@ -8,8 +8,10 @@ import math
 
 import torch
 
-from fusebench.cases.base import Case, numel_bytes, randn, register
+from fusebench.cases.base import Case, numel_bytes, randn
 
+# Where this family comes in the catalog (fusebench/catalog.py): the specification's order.
+CATALOG_ORDER = 4
 SIZES = [2**i for i in range(7, 15)]  # 128 .. 16384
 GRID = [(m, n, n) for m in SIZES for n in SIZES]
 QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)]
@@ -60,20 +62,22 @@ def _gemm_flops(epilogue_ops: int):
     return lambda s, dt: 2 * s[0] * s[1] * s[2] + epilogue_ops * s[0] * s[1]
 
 
-for name, fn, inputs, extra, epi, desc in [
-    ("matmul_add", matmul_add, _ab_bias, 1, 1, "a @ b + bias"),
-    ("matmul_relu", matmul_relu, _ab, 0, 1, "relu(a @ b)"),
-    ("matmul_add_relu", matmul_add_relu, _ab_bias, 1, 2, "relu(a @ b + bias)"),
-]:
-    register(Case(
+def _epilogue_case(name, fn, inputs, extra_n: int, epilogue_ops: int, description: str) -> Case:
+    """A GEMM with an epilogue: shown against the GEMM alone (torch-mm), compute-bound."""
+    return Case(
         name=name, family="matmul", fn=fn, make_inputs=inputs, default_dtype=torch.float16,
         quick_shapes=list(QUICK), cpu_shapes=list(CPU), grid_shapes=list(GRID), axes=("M", "N", "K"),
         complete_shape=lambda s: (s[0], s[1], s[1]),
-        bytes_model=_gemm_bytes(extra), flops_model=_gemm_flops(epi), tolerances=TOLERANCES,
-        description=desc,
-    ))
+        bytes_model=_gemm_bytes(extra_n), flops_model=_gemm_flops(epilogue_ops), tolerances=TOLERANCES,
+        description=description, memory_bound=False, ceiling="torch-mm",
+    )
 
-register(Case(
+
+MATMUL_ADD = _epilogue_case("matmul_add", matmul_add, _ab_bias, 1, 1, "a @ b + bias")
+MATMUL_RELU = _epilogue_case("matmul_relu", matmul_relu, _ab, 0, 1, "relu(a @ b)")
+MATMUL_ADD_RELU = _epilogue_case("matmul_add_relu", matmul_add_relu, _ab_bias, 1, 2, "relu(a @ b + bias)")
+
+MATMUL_MATMUL = Case(
     name="matmul_matmul", family="matmul", fn=matmul_matmul, make_inputs=_abc, default_dtype=torch.float16,
     quick_shapes=[(8192, 128, 128, 128), (4096, 1024, 1024, 1024), (8192, 4096, 4096, 4096)],
     cpu_shapes=[(1024, 128, 128, 128), (1024, 512, 512, 512)],
@@ -86,5 +90,5 @@ register(Case(
     + numel_bytes((s[1], s[3]), dt) + numel_bytes((s[0], s[3]), dt),
     flops_model=lambda s, dt: 2 * s[0] * s[1] * s[2] + 2 * s[0] * s[1] * s[3],
     tolerances=TOLERANCES,
-    description="(a @ b) @ c, back-to-back GEMM",
-))
+    description="(a @ b) @ c, back-to-back GEMM", memory_bound=False,
+)

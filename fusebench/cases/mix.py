@@ -3,7 +3,10 @@ import math
 
 import torch
 
-from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, randn
+
+# Where this family comes in the catalog (fusebench/catalog.py): the specification's order.
+CATALOG_ORDER = 6
 
 # ---------------------------------------------------------------------------------------------
 # attention: a shape is (batch, heads, seqlen, head_dim, causal)
@@ -84,7 +87,7 @@ def _attention_bwd_flops(s, dt):
     return 5 * _attention_flops(s, dt) // 2
 
 
-register(Case(
+ATTENTION = Case(
     name="attention", family="mix", fn=attention, make_inputs=_attention_inputs,
     default_dtype=torch.float16, dtypes=(torch.float16, torch.bfloat16, torch.float32),
     quick_shapes=ATTN_QUICK, cpu_shapes=[(2, 8, 512, 64, 0), (2, 8, 512, 64, 1)], grid_shapes=ATTN_GRID, axes=ATTN_AXES,
@@ -97,7 +100,8 @@ register(Case(
     grad_inputs=(0, 1, 2), backward_bytes_model=_attention_bwd_bytes, backward_flops_model=_attention_bwd_flops,
     grad_tolerances={torch.float32: (4e-3, 2e-2), torch.float16: (8e-3, 4e-2), torch.bfloat16: (4e-2, 1e-1)},
     description="softmax(q k^T * scale [+ causal mask]) v",
-))
+    memory_bound=False,
+)
 
 # ---------------------------------------------------------------------------------------------
 # bias + dropout + add.  Dropout is in eval mode (identity), as in the plan: what is measured is
@@ -129,18 +133,20 @@ def _bda_transposed_inputs(shape, dtype, device, seed):
         (n, m), dtype, device, seed + 2)
 
 
-register(Case(
+BIAS_DROPOUT_ADD = Case(
     name="bias_dropout_add", family="mix", fn=bias_dropout_add, make_inputs=_bda_inputs,
     quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
     description="residual + dropout(inp + bias, p=0.5, training=False)",
-))
-register(Case(
+    memory_bound=True,
+)
+BIAS_DROPOUT_ADD_TRANSPOSED = Case(
     name="bias_dropout_add_transposed", family="mix", fn=bias_dropout_add_transposed,
     make_inputs=_bda_transposed_inputs, quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 4 * numel_bytes(s, dt), flops_model=lambda s, dt: 2 * s[0] * s[1],
     description="bias_dropout_add with bias and residual stored transposed",
-))
+    memory_bound=True,
+)
 
 # ---------------------------------------------------------------------------------------------
 # bias + GELU (tanh approximation, written out as in Megatron).
@@ -155,10 +161,11 @@ def _bias_gelu_inputs(shape, dtype, device, seed):
     return randn(shape, dtype, device, seed), randn((shape[1],), dtype, device, seed + 1)
 
 
-register(Case(
+BIAS_GELU = Case(
     name="bias_gelu", family="mix", fn=bias_gelu, make_inputs=_bias_gelu_inputs,
     quick_shapes=QUICK, cpu_shapes=CPU_2D, grid_shapes=grid_2d(),
     bytes_model=lambda s, dt: 2 * numel_bytes(s, dt) + numel_bytes((s[1],), dt),
     flops_model=lambda s, dt: 10 * s[0] * s[1],
     description="x = inp + bias; x * 0.5 * (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))",
-))
+    memory_bound=True,
+)

@@ -10,8 +10,10 @@ x rather than read, M values each, as the training family's norms count them).
 import torch
 import torch.nn.functional as F
 
-from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, rand, randn, register
+from fusebench.cases.base import CPU_2D, QUICK_2D, Case, grid_2d, numel_bytes, rand, randn
 
+# Where this family comes in the catalog (fusebench/catalog.py): the specification's order.
+CATALOG_ORDER = 2
 QUICK = QUICK_2D
 
 
@@ -87,31 +89,35 @@ def _norm_chain_inputs(shape, dtype, device, seed):
     return (rand(shape, dtype, device, seed, 0.0, 2.0 / shape[1]),)
 
 
-for _case in [
-    Case(name="softmax", family="reduce", fn=softmax, make_inputs=_x,
-         bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 5 * s[0] * s[1],
-         # backward: dy * y, its row sum, dy - sum, * y
-         grad_inputs=(0,), backward_bytes_model=_io_bytes(2, 1), backward_flops_model=lambda s, dt: 4 * s[0] * s[1],
-         description="torch.softmax(x, 1)"),
-    Case(name="double_softmax", family="reduce", fn=double_softmax, make_inputs=_x,
-         bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 10 * s[0] * s[1],
-         description="softmax(softmax(x, 1), 1)"),
-    Case(name="softmax_backward", family="reduce", fn=softmax_backward,
-         make_inputs=_softmax_backward_inputs, reference=softmax_backward_formula,
-         bytes_model=_io_bytes(2, 1), flops_model=lambda s, dt: 4 * s[0] * s[1],
-         description="dx = y * (dy - sum(dy * y, 1))"),
-    Case(name="layernorm", family="reduce", fn=layernorm, make_inputs=_layernorm_inputs,
-         bytes_model=_layernorm_bytes, flops_model=lambda s, dt: 8 * s[0] * s[1],
-         # backward per element: the statistics again (x - mean, its square, two sums: 4), x-hat,
-         # g = dy * w, g * x-hat and two row sums (5), dx (4), dw and db (3)
-         grad_inputs=(0, 1, 2), backward_bytes_model=_layernorm_bwd_bytes,
-         backward_flops_model=lambda s, dt: 16 * s[0] * s[1],
-         description="nn.LayerNorm([N]) with random affine weight and bias"),
-    Case(name="norm_chain", family="reduce", fn=norm_chain, make_inputs=_norm_chain_inputs,
-         bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 6 * s[0] * s[1],
-         description="3 x (y = sum(x, 1, keepdim); x = x * y)"),
-]:
-    _case.quick_shapes = list(QUICK)
-    _case.cpu_shapes = CPU_2D
-    _case.grid_shapes = grid_2d()
-    register(_case)
+def _rows() -> dict:
+    """What every case of the family shares: (dim0, dim1) shapes, reduced over dim 1, memory-bound."""
+    return dict(quick_shapes=list(QUICK), cpu_shapes=CPU_2D, grid_shapes=grid_2d(), memory_bound=True)
+
+
+SOFTMAX = Case(
+    name="softmax", family="reduce", fn=softmax, make_inputs=_x,
+    bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 5 * s[0] * s[1],
+    # backward: dy * y, its row sum, dy - sum, * y
+    grad_inputs=(0,), backward_bytes_model=_io_bytes(2, 1), backward_flops_model=lambda s, dt: 4 * s[0] * s[1],
+    description="torch.softmax(x, 1)", **_rows())
+DOUBLE_SOFTMAX = Case(
+    name="double_softmax", family="reduce", fn=double_softmax, make_inputs=_x,
+    bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 10 * s[0] * s[1],
+    description="softmax(softmax(x, 1), 1)", **_rows())
+SOFTMAX_BACKWARD = Case(
+    name="softmax_backward", family="reduce", fn=softmax_backward,
+    make_inputs=_softmax_backward_inputs, reference=softmax_backward_formula,
+    bytes_model=_io_bytes(2, 1), flops_model=lambda s, dt: 4 * s[0] * s[1],
+    description="dx = y * (dy - sum(dy * y, 1))", **_rows())
+LAYERNORM = Case(
+    name="layernorm", family="reduce", fn=layernorm, make_inputs=_layernorm_inputs,
+    bytes_model=_layernorm_bytes, flops_model=lambda s, dt: 8 * s[0] * s[1],
+    # backward per element: the statistics again (x - mean, its square, two sums: 4), x-hat,
+    # g = dy * w, g * x-hat and two row sums (5), dx (4), dw and db (3)
+    grad_inputs=(0, 1, 2), backward_bytes_model=_layernorm_bwd_bytes,
+    backward_flops_model=lambda s, dt: 16 * s[0] * s[1],
+    description="nn.LayerNorm([N]) with random affine weight and bias", **_rows())
+NORM_CHAIN = Case(
+    name="norm_chain", family="reduce", fn=norm_chain, make_inputs=_norm_chain_inputs,
+    bytes_model=_io_bytes(1, 1), flops_model=lambda s, dt: 6 * s[0] * s[1],
+    description="3 x (y = sum(x, 1, keepdim); x = x * y)", **_rows())

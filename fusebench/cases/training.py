@@ -20,8 +20,10 @@ reduces it across rows in partial sums.  FLOPs count one per add, multiply, exp 
 import torch
 import torch.nn.functional as F
 
-from fusebench.cases.base import Case, generator, grid_2d, numel_bytes, randn, register
+from fusebench.cases.base import Case, generator, grid_2d, numel_bytes, randn
 
+# Where this family comes in the catalog (fusebench/catalog.py): the specification's order.
+CATALOG_ORDER = 7
 RMSNORM_EPS = 1e-6
 TOKENS = (1024, 4096, 16384, 65536)
 HIDDEN = (2048, 4096, 5120, 8192, 16384)
@@ -69,15 +71,15 @@ def _rms_bwd_bytes(s, dt):  # read dy, x, w; write dx, dw
     return 3 * numel_bytes(s, dt) + 2 * s[1] * _size(dt)
 
 
-register(Case(
+RMSNORM = Case(
     name="rmsnorm", family="training", fn=rmsnorm, make_inputs=_rmsnorm_inputs, default_dtype=torch.bfloat16,
     quick_shapes=[(4096, 4096), (16384, 8192), (8192, 16384)], cpu_shapes=CPU_ROWS, grid_shapes=_grid(HIDDEN),
     axes=("tokens", "hidden"), bytes_model=_rms_bytes, backward_bytes_model=_rms_bwd_bytes,
     # x^2, the row sum, rsqrt, x * r, * w; the backward: dy * w, its dot with x, two scalings, dw's sum
     flops_model=lambda s, dt: 4 * s[0] * s[1], backward_flops_model=lambda s, dt: 8 * s[0] * s[1],
-    grad_inputs=(0, 1), cpu_default=False,
+    grad_inputs=(0, 1), cpu_default=False, memory_bound=True,
     description="F.rms_norm(x, (N,), weight, 1e-6): RMSNorm over the hidden dimension",
-))
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,14 +105,14 @@ def _add_rms_bwd_bytes(s, dt):
     return 4 * numel_bytes(s, dt) + 2 * s[1] * _size(dt)
 
 
-register(Case(
+ADD_RMSNORM = Case(
     name="add_rmsnorm", family="training", fn=add_rmsnorm, make_inputs=_add_rmsnorm_inputs,
     default_dtype=torch.bfloat16, quick_shapes=[(4096, 4096), (16384, 8192), (8192, 16384)], cpu_shapes=CPU_ROWS,
     grid_shapes=_grid(HIDDEN), axes=("tokens", "hidden"), bytes_model=_add_rms_bytes,
     backward_bytes_model=_add_rms_bwd_bytes, flops_model=lambda s, dt: 5 * s[0] * s[1],
-    backward_flops_model=lambda s, dt: 9 * s[0] * s[1], grad_inputs=(0, 1, 2), cpu_default=False,
+    backward_flops_model=lambda s, dt: 9 * s[0] * s[1], grad_inputs=(0, 1, 2), cpu_default=False, memory_bound=True,
     description="h = x + residual; (h, F.rms_norm(h, (N,), weight, 1e-6))",
-))
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,16 +131,16 @@ def _swiglu_inputs(shape, dtype, device, seed):
 # 70B 28672, 405B 53248; small models 5632 and 8192.
 FFN = (5632, 8192, 14336, 28672, 53248)
 
-register(Case(
+SWIGLU = Case(
     name="swiglu", family="training", fn=swiglu, make_inputs=_swiglu_inputs, default_dtype=torch.bfloat16,
     quick_shapes=[(4096, 14336), (16384, 14336), (8192, 28672)], cpu_shapes=[(128, 1024), (100, 3001)],
     grid_shapes=_grid(FFN), axes=("tokens", "ffn"),
     bytes_model=lambda s, dt: 3 * numel_bytes(s, dt), backward_bytes_model=lambda s, dt: 5 * numel_bytes(s, dt),
     # sigmoid (exp, add, divide), two multiplies; the backward reuses the sigmoid: about 8
     flops_model=lambda s, dt: 5 * s[0] * s[1], backward_flops_model=lambda s, dt: 10 * s[0] * s[1],
-    grad_inputs=(0, 1), cpu_default=False,
+    grad_inputs=(0, 1), cpu_default=False, memory_bound=True,
     description="F.silu(a) * b: the SwiGLU gate of a gated MLP",
-))
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,13 +167,13 @@ def _ce_bwd_bytes(s, dt):
     return 2 * numel_bytes(s, dt) + 8 * s[0]
 
 
-register(Case(
+CROSS_ENTROPY = Case(
     name="cross_entropy", family="training", fn=cross_entropy, make_inputs=_cross_entropy_inputs,
     default_dtype=torch.bfloat16, quick_shapes=[(4096, 32000), (4096, 128256), (8192, 256000)],
     cpu_shapes=[(64, 1000), (37, 5003)], grid_shapes=_model_shapes(VOCAB), axes=("tokens", "vocab"),
     bytes_model=_ce_bytes, backward_bytes_model=_ce_bwd_bytes,
     # max, subtract, exp, sum per logit; the backward: exp, subtract, scale
     flops_model=lambda s, dt: 4 * s[0] * s[1], backward_flops_model=lambda s, dt: 4 * s[0] * s[1],
-    grad_inputs=(0,), cpu_default=False,
+    grad_inputs=(0,), cpu_default=False, memory_bound=True,
     description="F.cross_entropy(logits, targets): mean loss over tokens x vocabulary",
-))
+)

@@ -2,9 +2,9 @@
 
 An implementation turns a case into a callable for one (shape, dtype, device): eager runs the
 function as written, Inductor compiles it, `triton` looks up our own kernel, the SDPA backends
-call PyTorch's fused attention, the peers call other libraries' kernels.  Built-in implementations
-register with the class decorator `@implementation` here; a user's function registers with
-`fusebench.implementation` (impls/user.py).
+call PyTorch's fused attention, the peers call other libraries' kernels.  A built-in implementation
+is a class marked with the decorator `@implementation` here, which the catalog's loader collects
+(fusebench/catalog.py); a user's function registers with `fusebench.implementation` (impls/user.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from fusebench import catalog
 from fusebench.cases.base import Case, Shape, UnknownName, suggest
 
 
@@ -56,6 +57,10 @@ class Implementation:
     default: bool = True
     # Planned by default on the CPU (when `default` is set)?
     default_on_cpu: bool = True
+    # ((case, adapter), ...): what this implementation runs for each case it computes, attached
+    # to the case object (case.adapters[name]) by @implementation; such an implementation applies
+    # to those cases only.
+    adapters: tuple = ()
 
     def applies(self, case: Case) -> bool:
         """Whether this implementation computes (or bounds) `case` at all, wherever it runs.
@@ -83,35 +88,30 @@ class Implementation:
         raise NotImplementedError
 
 
-_IMPLS: dict[str, Implementation] = {}
+# The catalog's table of implementations; kept under this name for callers that add or remove one.
+_IMPLS: dict[str, Implementation] = catalog.CATALOG.impls
 
 
 def implementation(cls):
-    """Class decorator: register one instance of an Implementation subclass."""
+    """Class decorator: declare one instance of an Implementation subclass for the catalog, and
+    attach its adapters to their cases."""
     inst = cls()
-    _IMPLS[inst.name] = inst
+    for case, adapter in cls.adapters:
+        case.adapters[inst.name] = adapter
+    catalog.mark(cls, "impls", inst.name, inst)
     return cls
 
 
 def _load() -> None:
-    import fusebench.impls.eager  # noqa: F401
-    import fusebench.impls.inductor  # noqa: F401
-    import fusebench.impls.triton_impl  # noqa: F401
-    import fusebench.impls.sdpa  # noqa: F401
-    import fusebench.impls.ceiling  # noqa: F401
-    import fusebench.impls.cublaslt  # noqa: F401
-    import fusebench.impls.peers  # noqa: F401
-
-    fusebench.impls.peers.load()
+    catalog.load()
 
 
 def get_impl(name: str) -> Implementation:
-    _load()
-    if name not in _IMPLS:
-        raise UnknownName(f"unknown implementation {name!r}{suggest(name, list(_IMPLS))}")
-    return _IMPLS[name]
+    impls = catalog.load().impls
+    if name not in impls:
+        raise UnknownName(f"unknown implementation {name!r}{suggest(name, list(impls))}{catalog.CATALOG.failures()}")
+    return impls[name]
 
 
 def all_impls() -> list[Implementation]:
-    _load()
-    return list(_IMPLS.values())
+    return list(catalog.load().impls.values())

@@ -1,11 +1,13 @@
 """Ceilings timed in the same run as the implementations: bounds to compare with, not the case.
 
+A case names the ceiling it is shown against (`case.ceiling`, fusebench/cases/base.py).
+
 `torch-mm` (the matmul-epilogue cases): `torch.mm(a, b)` (cuBLAS) on the case's own inputs with
 the epilogue left out -- "triton at x% of torch.mm" is torch-mm's time over triton's, same shape,
 same device, same run.  TFLOP/s use the case's FLOP count (the epilogue's M*N operations
 included), which changes the figure by less than 1/K.
 
-`memcpy` (every case with a byte model): `dst.copy_(src)`, two buffers of half the case's minimum
+`memcpy` (the memory-bound cases): `dst.copy_(src)`, two buffers of half the case's minimum
 bytes each, so that the copy moves exactly the bytes any implementation of the case must move.  It
 is the memory-bound ceiling at that size: a copy of 128 MiB per buffer runs at about 0.92 of the
 1-2 GiB copy rate that `fusebench ceilings` stores (launch, ramp-up and tail are a larger share of
@@ -23,49 +25,34 @@ import torch
 
 from fusebench.impls.base import Implementation, Prepared, implementation
 
-EPILOGUE_CASES = ("matmul_add", "matmul_relu", "matmul_add_relu")
-# A user case is read as memory-bound when it does fewer FLOPs per minimum byte than this (an H100
-# does ~30 fp32 FLOP per byte of DRAM bandwidth; elementwise and reduction work is ~0.1-5).
-MEMORY_BOUND_INTENSITY = 10.0
-
-
-def is_memory_bound(case) -> bool:
-    """A built-in case of the memory-bound set, or a user case with a byte model whose FLOPs per
-    minimum byte (at its first shape) are few.  GEMMs, convolutions and attention are not."""
-    from fusebench.cases import MEMORY_BOUND
-
-    if case.name in MEMORY_BOUND:
-        return True
-    if case.plugin is None or case.bytes_model is None:
-        return False
-    shape = (case.quick_shapes or case.grid_shapes or [None])[0]
-    if shape is None or case.flops_model is None:
-        return True
-    nbytes = case.min_bytes(shape, case.default_dtype) or 0
-    return nbytes > 0 and case.flops(shape, case.default_dtype) / nbytes < MEMORY_BOUND_INTENSITY
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 5
 
 
 def ceiling_for(case_name: str) -> str | None:
-    """The ceiling a case's implementations are shown against, by name: torch-mm for the
-    matmul-epilogue cases, memcpy for the memory-bound ones, None for the others."""
-    if case_name in EPILOGUE_CASES:
-        return "torch-mm"
+    """The ceiling a case's implementations are shown against, by the case's name (stored rows
+    name their case): its `ceiling` -- torch-mm for the matmul-epilogue cases, memcpy for the
+    memory-bound ones, None for the others."""
     try:
         from fusebench.cases import get_case
 
-        return "memcpy" if is_memory_bound(get_case(case_name)) else None
+        return get_case(case_name).ceiling
     except Exception:  # a case not registered in this process (a plugin's stored rows)
         return None
 
 
-@implementation
-class TorchMM(Implementation):
-    name = "torch-mm"
-    description = "torch.mm(a, b) alone (cuBLAS, no epilogue): the GEMM ceiling, output not checked"
+class _Ceiling(Implementation):
     kind = "ceiling"
 
     def applies(self, case):
-        return case.name in EPILOGUE_CASES
+        """The cases that name this ceiling as theirs."""
+        return case.ceiling == self.name
+
+
+@implementation
+class TorchMM(_Ceiling):
+    name = "torch-mm"
+    description = "torch.mm(a, b) alone (cuBLAS, no epilogue): the GEMM ceiling, output not checked"
 
     def prepare(self, case, shape, dtype, device):
         return Prepared(fn=lambda a, b, *rest: torch.mm(a, b), note="torch.mm only: no epilogue",
@@ -73,13 +60,9 @@ class TorchMM(Implementation):
 
 
 @implementation
-class MemCopy(Implementation):
+class MemCopy(_Ceiling):
     name = "memcpy"
     description = "dst.copy_(src) moving the case's minimum bytes: the same-size copy ceiling, output not checked"
-    kind = "ceiling"
-
-    def applies(self, case):
-        return is_memory_bound(case)
 
     def supports(self, case, shape, dtype, device):
         if case.bytes_model is None:

@@ -17,6 +17,9 @@ import contextlib
 from fusebench.impls.base import FellBack, Implementation, Prepared, implementation
 from fusebench.util import first_line
 
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 2
+
 
 def _compiled_graphs() -> int:
     from torch._dynamo.utils import counters

@@ -1,4 +1,5 @@
-"""`triton`: fusebench's own fused Triton kernels (fusebench/kernels/).
+"""`triton`: fusebench's own fused Triton kernels (fusebench/kernels/), each attached to its case
+object as `case.kernel` by `@triton_kernel(case)`.
 
 On a GPU they are compiled and timed like the others.  On the CPU they run only under Triton's
 interpreter (TRITON_INTERPRET=1), for correctness: interpreter timings mean nothing.
@@ -6,15 +7,18 @@ interpreter (TRITON_INTERPRET=1), for correctness: interpreter timings mean noth
 from fusebench import settings
 from fusebench.impls.base import Implementation, Prepared, implementation
 
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 3
 
 _AUTOGRAD = object()  # what a cell's last call ran: the kernel's autograd.Function
 
 
-def _kernels():
-    from fusebench import kernels
-
-    errors = kernels.load_all()
-    return kernels.KERNELS, errors
+def _triton_missing() -> str | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"triton not importable: {exc}"
+    return None
 
 
 @implementation
@@ -23,26 +27,17 @@ class Triton(Implementation):
     description = "fusebench's own fused Triton kernel for the case"
 
     def applies(self, case):
-        # A built-in case has a kernel or is meant to (the registry says which once Triton imports);
-        # a user's case has none.
-        try:
-            return case.name in _kernels()[0]
-        except ImportError:
-            return case.plugin is None
+        # The cases a kernel module attached a kernel to (none where Triton does not import).
+        return case.kernel is not None
 
     def has_backward(self, case, mode):
         # Our kernels run backward only through an autograd.Function with backward kernels of ours.
-        try:
-            kernel = _kernels()[0].get(case.name)
-        except ImportError:
-            return False
-        return kernel is not None and kernel.autograd is not None
+        return case.kernel is not None and case.kernel.autograd is not None
 
     def available(self, device):
-        try:
-            _kernels()
-        except ImportError as exc:
-            return f"triton not importable: {exc}"
+        missing = _triton_missing()
+        if missing:
+            return missing
         if device == "cpu" and not settings.current().interpret:
             return "on the CPU Triton kernels run only under TRITON_INTERPRET=1 (correctness only)"
         return None
@@ -51,7 +46,7 @@ class Triton(Implementation):
         reason = self.available(device)
         if reason:
             return reason
-        kernel = _kernels()[0].get(case.name)
+        kernel = case.kernel
         if kernel is None:
             return "no fusebench Triton kernel for this case"
         if device == "cpu" and not kernel.interpretable:
@@ -59,7 +54,7 @@ class Triton(Implementation):
         return kernel.supports(shape, dtype, device) if kernel.supports else None
 
     def prepare(self, case, shape, dtype, device):
-        kernel = _kernels()[0][case.name]
+        kernel = case.kernel
         note = kernel.describe(shape, dtype) if kernel.describe else ""
         interp = "Triton interpreter: correctness only" if device == "cpu" else None
         if kernel.run is None:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from fusebench import settings
+from fusebench import catalog, settings
 from fusebench.cases.base import Case, get_case
-from fusebench.impls import base
 from fusebench.impls.base import Implementation, Prepared
 
 TRITON_ON_CPU = "on the CPU Triton kernels run only under TRITON_INTERPRET=1 (correctness only)"
@@ -99,8 +98,8 @@ def implementation(name: str, *, cases: Sequence[str] | str, factory: bool = Fal
 
 def register_user(impl: UserImplementation) -> UserImplementation:
     """Check the name and the cases, then add the implementation to the registry."""
-    base._load()
-    existing = base._IMPLS.get(impl.name)
+    impls = catalog.load().impls
+    existing = impls.get(impl.name)
     if existing is not None and not isinstance(existing, UserImplementation):
         raise ImplementationError(f"implementation {impl.name!r} is built in; give yours another name")
     if existing is not None and existing.module != impl.module:
@@ -112,7 +111,7 @@ def register_user(impl: UserImplementation) -> UserImplementation:
         except ValueError as exc:  # UnknownName, with its "did you mean"
             raise ImplementationError(f"{exc} for implementation {impl.name!r} (a case of your own must be "
                                       "registered before the implementation that uses it)") from None
-    base._IMPLS[impl.name] = impl  # a plugin loaded again (e.g. in a worker) replaces its own
+    impls[impl.name] = impl  # a plugin loaded again (e.g. in a worker) replaces its own
     return impl
 
 

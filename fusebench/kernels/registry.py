@@ -1,21 +1,26 @@
-"""Registry of fusebench's own Triton kernels, one entry per case.
+"""How a kernel module attaches fusebench's own Triton kernel to its case.
 
 A kernel module registers a *wrapper*: a Python function with the same signature as the case's
 eager function (see fusebench/cases/) that returns the same outputs (shapes, dtypes, values).
-The `triton` implementation (fusebench/impls/) looks kernels up here.
+`@triton_kernel(CASE)` attaches it to the case object as `CASE.kernel`, where the `triton`
+implementation (fusebench/impls/triton_impl.py) finds it.  Kernels import cases; cases never
+import kernels.
 """
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
+
+from fusebench import catalog
 
 
 @dataclass
 class TritonKernel:
-    case: str
+    case: str  # the name of the case it computes
     fn: Callable  # same signature and outputs as the case's eager function
     # (shape, dtype, device) -> None if supported, else the reason it is not
     supports: Callable[[tuple, torch.dtype, str], str | None] | None = None
@@ -46,15 +51,41 @@ class TritonKernel:
         self.autograd_ref = fn
 
 
-KERNELS: dict[str, TritonKernel] = {}
-
-
-def triton_kernel(case: str, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None,
+def triton_kernel(case, *, supports=None, describe=None, interpretable: bool = True, describe_plan=None,
                   run=None, autograd=None):
-    """Decorator: register `fn` as fusebench's Triton implementation of `case`."""
+    """Decorator: attach `fn` to `case` (a Case object) as fusebench's Triton implementation of it.
+
+    `case` may also be a case's name, for a module that cannot import the case object (a user's
+    file): the catalog's loader attaches the kernel to the case of that name when it collects the
+    module (fusebench/catalog.py)."""
 
     def wrap(fn: Callable) -> Callable:
-        KERNELS[case] = TritonKernel(case, fn, supports, describe, interpretable, describe_plan, run, autograd)
+        name = case if isinstance(case, str) else case.name
+        kernel = TritonKernel(name, fn, supports, describe, interpretable, describe_plan, run, autograd)
+        if isinstance(case, str):
+            catalog.mark(fn, "kernels", name, kernel)
+        else:
+            case.kernel = kernel
         return fn
 
     return wrap
+
+
+class KernelView(Mapping):
+    """Case name -> its TritonKernel, for every case of the catalog that has one: a read-only view,
+    for callers that look a kernel up by name (tests, scripts)."""
+
+    def _table(self) -> dict[str, TritonKernel]:
+        return {name: c.kernel for name, c in catalog.load().cases.items() if c.kernel is not None}
+
+    def __getitem__(self, name: str) -> TritonKernel:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+KERNELS = KernelView()

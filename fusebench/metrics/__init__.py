@@ -1,5 +1,6 @@
 """Metric families beyond time and accuracy: one module per family, each a function
-`measure(ctx) -> dict` of store columns (see fusebench/store.py), registered with `@metric`.
+`measure(ctx) -> dict` of store columns (see fusebench/store.py), marked with `@metric`, which the
+catalog's loader (fusebench/catalog.py) collects.
 
 A family that cannot measure here returns {"na": {column_or_family: "why"}} instead of numbers:
 nothing is ever estimated and shown as measured.  The runner calls the selected families after
@@ -7,11 +8,12 @@ timing, only for cells whose accuracy passed, with the implementation already wa
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+
+from fusebench import catalog
 
 # Families run by default.  `compile` (a cold compile in fresh caches per cell) and `ncu` (a
 # profiled child process per cell) are slow and opt-in.
@@ -54,31 +56,18 @@ class MetricContext:
         return self.prepared.fn(*self.args)
 
 
-_METRICS: dict[str, Callable[[MetricContext], dict]] = {}
-
-
 def metric(name: str):
+    """Decorator: declare `fn(ctx) -> dict` as metric family `name`."""
     def wrap(fn):
-        _METRICS[name] = fn
+        catalog.mark(fn, "metrics", name, fn)
         return fn
     return wrap
 
 
-_loaded = False
-
-
 def get_metric(name: str) -> Callable[[MetricContext], dict]:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for mod in ("kernels", "graph", "memory", "compile", "flops", "ncu", "roofline"):
-            try:
-                importlib.import_module(f"fusebench.metrics.{mod}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"fusebench.metrics.{mod}":
-                    raise
-    if name not in _METRICS:
+    metrics = catalog.load().metrics
+    if name not in metrics:
         from fusebench.cases.base import UnknownName, suggest
 
-        raise UnknownName(f"unknown metric {name!r}{suggest(name, list(ALL_METRICS))}")
-    return _METRICS[name]
+        raise UnknownName(f"unknown metric {name!r}{suggest(name, list(ALL_METRICS))}{catalog.CATALOG.failures()}")
+    return metrics[name]

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 import torch
 
+from fusebench import catalog
 from fusebench.cases import get_case
 from fusebench.cases.mix import attention
-from fusebench.impls import base as impl_base
 from fusebench.impls.user import UserImplementation
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
@@ -81,12 +81,11 @@ class _CorruptK(torch.autograd.Function):
 def test_a_wrong_gradient_in_a_sampled_slice_fails_the_cell():
     impl = UserImplementation("attn-bad-dk", lambda q, k, v, c: attention(q, _CorruptK.apply(k), v, c),
                               ("attention",))
-    impl_base._load()
-    impl_base._IMPLS[impl.name] = impl
+    catalog.load().add("impls", impl.name, impl)
     try:
         row = measure_cell(Cell("attention", impl.name, SAMPLED, "fp32", "cpu", "fwd_bwd"), FAST)
         fwd = measure_cell(Cell("attention", impl.name, SAMPLED, "fp32", "cpu", "fwd"), FAST)
     finally:
-        impl_base._IMPLS.pop(impl.name)
+        catalog.CATALOG.impls.pop(impl.name)
     assert row["status"] == "mismatch" and "gradient of input 1" in row["reason"]
     assert fwd["status"] == "ok"  # the forward is right

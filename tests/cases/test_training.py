@@ -3,7 +3,7 @@ eager and Inductor cells in every mode on small CPU shapes."""
 import pytest
 import torch
 
-from fusebench.cases import MEMORY_BOUND, get_case
+from fusebench.cases import get_case
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
 from fusebench.runner.plan import Cell
@@ -34,7 +34,7 @@ def test_definitions_match_the_formulas():
 def test_cases_are_differentiable_memory_bound_and_out_of_the_cpu_default_run():
     for name in TRAINING:
         case = get_case(name)
-        assert case.differentiable and name in MEMORY_BOUND and not case.cpu_default
+        assert case.differentiable and case.memory_bound and not case.cpu_default
         assert case.backward_bytes_model is not None and case.backward_flops_model is not None
         for shape in case.quick_shapes + case.cpu_shapes + case.grid_shapes[:3]:
             case.check_shape(shape)

@@ -11,11 +11,10 @@ import torch
 from typer.testing import CliRunner
 
 import fusebench
-from fusebench import settings
+from fusebench import catalog, settings
 from fusebench.cases import get_case
 from fusebench.cli import app
 from fusebench.impls import ImplementationError, UserImplementation, get_impl
-from fusebench.impls import base
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "my_softmax.py")
@@ -23,11 +22,8 @@ EXAMPLE = os.path.join(REPO, "examples", "my_softmax.py")
 
 @pytest.fixture(autouse=True)
 def _forget_user_impls():
-    base._load()  # the built-ins register once, on first import: keep them
-    before = dict(base._IMPLS)
     yield
-    base._IMPLS.clear()
-    base._IMPLS.update(before)
+    catalog.reset()  # the next lookup collects the built-ins again, without this test's own
 
 
 def invoke(*args):

@@ -5,7 +5,10 @@ inputs.  Peers run when named (`--impl liger`, or `--impl default,peers` for eve
 one); one whose library is not installed is listed with the command that installs it.  A peer's
 version is stored with every run (`versions()`, in env.collect).
 The adapters map a case's arguments onto the library's call and nothing more: no extra work is
-timed that the library's own users would not do.
+timed that the library's own users would not do.  A peer declares them as ((case, adapter), ...);
+`@peer` attaches each to its case object (case.adapters[peer name]), so a peer computes exactly
+the cases it has an adapter for.  Each module of this package is one library; the catalog's loader
+(fusebench/catalog.py) collects them.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from typing import Callable
 
 import torch
 
-from fusebench.impls.base import Implementation, Prepared
+from fusebench import catalog
+from fusebench.impls.base import Implementation, Prepared, implementation
 from fusebench.util import first_line
 
 # Adapter: (case, shape, dtype, device, module) -> (fn, note).  fn takes the case's inputs.
@@ -41,19 +45,18 @@ def _import(module: str):
 
 
 class PeerImplementation(Implementation):
-    """A library's kernels for the cases in `adapters` (case name -> Adapter)."""
+    """A library's kernels for the cases of its `adapters` (((case, Adapter), ...))."""
 
     module: str = ""  # what is imported
     dist: str = ""  # the PyPI distribution whose version is stored
     install: str = ""  # the command that installs it
-    adapters: dict[str, Adapter] = {}
     # Lowest CUDA compute capability the library's kernels run on.
     min_capability: tuple[int, int] = (8, 0)
     default = False  # run when named (--impl liger, or --impl default,peers): not in the default run
     default_on_cpu = False
 
     def applies(self, case) -> bool:
-        return case.name in self.adapters
+        return self.name in case.adapters
 
     def installed(self) -> bool:
         top = self.module.split(".")[0]
@@ -96,27 +99,21 @@ class PeerImplementation(Implementation):
         return None
 
     def prepare(self, case, shape, dtype, device):
-        fn, note = self.adapters[case.name](case, shape, dtype, device, self.load())
+        fn, note = case.adapters[self.name](case, shape, dtype, device, self.load())
         version = _distribution_version(self.dist)
         return Prepared(fn=fn, note="; ".join(n for n in (f"{self.dist} {version}" if version else "", note) if n))
 
 
-PEERS: list[type[PeerImplementation]] = []
-
-
 def peer(cls: type[PeerImplementation]) -> type[PeerImplementation]:
-    """Register a peer (an Implementation) and remember it for the run's environment."""
-    from fusebench.impls.base import implementation
-
-    PEERS.append(cls)
+    """Declare a peer: an implementation, its adapters attached to their cases."""
     return implementation(cls)
 
 
-def load() -> None:
-    from fusebench.impls.peers import liger, quack, flash_attn, xformers  # noqa: F401,I001
+def peers() -> list[PeerImplementation]:
+    """Every peer of the catalog, installed or not."""
+    return [i for i in catalog.load().impls.values() if isinstance(i, PeerImplementation)]
 
 
 def versions() -> dict[str, str | None]:
     """Installed version of every peer library (None: not installed), for the run's environment."""
-    load()
-    return {cls.dist: _distribution_version(cls.dist) for cls in PEERS}
+    return {p.dist: _distribution_version(p.dist) for p in peers()}

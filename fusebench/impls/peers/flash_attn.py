@@ -10,7 +10,11 @@ the top-left and bottom-right conventions agree).  Half precision only.
 """
 import torch
 
+from fusebench.cases.mix import ATTENTION
 from fusebench.impls.peers import PeerImplementation, peer
+
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 3
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -28,7 +32,7 @@ def _attention(case, shape, dtype, device, fa):
 
 
 class _Flash(PeerImplementation):
-    adapters = {"attention": _attention}
+    adapters = ((ATTENTION, _attention),)
     max_head_dim = 256
 
     def cell_supports(self, case, shape, dtype):

@@ -15,9 +15,12 @@ cross_entropy is Liger's own design: its forward writes the logits' gradient ove
 (the inputs a cell times are overwritten with it) and its backward scales that gradient in place
 unless the incoming gradient is exactly 1 (the modes' incoming gradients are random).
 """
-from fusebench.cases.reduce import LAYERNORM_EPS
-from fusebench.cases.training import RMSNORM_EPS
+from fusebench.cases.reduce import LAYERNORM, LAYERNORM_EPS, SOFTMAX
+from fusebench.cases.training import CROSS_ENTROPY, RMSNORM, RMSNORM_EPS, SWIGLU
 from fusebench.impls.peers import PeerImplementation, peer
+
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 1
 
 
 def _softmax(case, shape, dtype, device, liger):
@@ -53,5 +56,5 @@ class Liger(PeerImplementation):
     module = "liger_kernel.transformers.functional"
     dist = "liger-kernel"
     install = "pip install liger-kernel"
-    adapters = {"softmax": _softmax, "layernorm": _layernorm, "rmsnorm": _rmsnorm, "swiglu": _swiglu,
-                "cross_entropy": _cross_entropy}
+    adapters = ((SOFTMAX, _softmax), (LAYERNORM, _layernorm), (RMSNORM, _rmsnorm), (SWIGLU, _swiglu),
+                (CROSS_ENTROPY, _cross_entropy))

@@ -9,8 +9,11 @@ fusebench's other cases (its RMSNorm normalises without the mean).
 """
 import torch
 
-from fusebench.cases.reduce import LAYERNORM_EPS
+from fusebench.cases.reduce import LAYERNORM, LAYERNORM_EPS, SOFTMAX
 from fusebench.impls.peers import PeerImplementation, peer
+
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 2
 
 
 def _softmax(case, shape, dtype, device, quack):
@@ -58,5 +61,5 @@ class Quack(PeerImplementation):
     module = "quack"
     dist = "quack-kernels"
     install = "pip install quack-kernels"
-    adapters = {"softmax": _softmax, "layernorm": _layernorm}
+    adapters = ((SOFTMAX, _softmax), (LAYERNORM, _layernorm))
     min_capability = (9, 0)

@@ -5,7 +5,11 @@ transpose(1, 2) views and the output is transposed back, no copy timed.  The sca
 default, 1/sqrt(head_dim); causal attention is `attn_bias=LowerTriangularMask()`, the mask the
 case applies (query i sees keys 0..i).
 """
+from fusebench.cases.mix import ATTENTION
 from fusebench.impls.peers import PeerImplementation, peer
+
+# Its place among the implementations (fusebench/catalog.py): the order of a run's cells and of `fusebench list`.
+CATALOG_ORDER = 4
 
 
 def _attention(case, shape, dtype, device, xops):
@@ -27,4 +31,4 @@ class XFormers(PeerImplementation):
     module = "xformers.ops"
     dist = "xformers"
     install = "pip install xformers"
-    adapters = {"attention": _attention}
+    adapters = ((ATTENTION, _attention),)
