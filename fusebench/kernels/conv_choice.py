@@ -39,8 +39,9 @@ def candidate_paths(n, cin, h, w, cout, r, stride, channels_last, dtype) -> tupl
       element), timed against the channels_last route.
     - NCHW, any filter: never the implicit GEMM, which gathers A with C_in strided by H*W (no
       vector loads, register spills); strided 1x1 convs take cuDNN + epilogue.
-    - channels_last: cuDNN + epilogue and the implicit GEMM / 1x1 GEMM are close, so both are timed
-      at the first call per shape and the faster is kept.
+    - channels_last: cuDNN + epilogue and the implicit GEMM / 1x1 GEMM are close (a 3x3 conv at
+      7x7 has too few output tiles for a GEMM without split-K), so both are timed at the first
+      call per shape and the faster is kept.
     - fp32: cuDNN (PyTorch runs fp32 convs as tf32 on cuDNN; ours would be tf32 too, and slower).
     The measurements behind each rule: docs/kernels.md, 'Conv epilogues'.
     """

@@ -1,8 +1,9 @@
 """A compiled Triton kernel launched by one cuLaunchKernelEx call from Python, through ctypes.
 
-Triton's launcher spends ~5-8 us of host time a call (a Python wrapper that allocates scratch
-space, then C code that parses the arguments and asks each tensor for its `data_ptr` by name);
-eager's whole `torch.softmax` call costs about as much.  A `DirectLaunch` decides everything but
+Triton's launcher spends host time on every call (a Python wrapper that allocates scratch space,
+then C code that parses the arguments and asks each tensor for its `data_ptr` by name), about as
+much as eager's whole `torch.softmax` call (docs/kernels.md, 'What every kernel shares': "One
+launcher per problem key").  A `DirectLaunch` decides everything but
 the tensors' addresses and the stream once: grid, block, shared memory, the kernel's parameter
 layout.  A call packs the new values into a fixed parameter block with one `struct.pack_into`
 and hands the block to the driver.

@@ -58,7 +58,8 @@ def tma_configs():
         config(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False),
         config(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False, PERSISTENT=False)] + [
         # M = 128 with long K (a grid of one wave or less): short tiles, 128-deep K steps, deep
-        # pipelines (as fast as torch.mm there, faster than the pointer configs: docs/kernels.md)
+        # pipelines (as fast as torch.mm there, faster than the pointer configs: docs/kernels.md,
+        # 'Matmul epilogues and back-to-back GEMM')
         config(bm, bn, bk, s, w, EPILOGUE_SUBTILE=False, PERSISTENT=False)
         for bm, bn, bk, s, w in [(64, 64, 128, 6, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4)]] + [
         # M = 256-512, N = K = 4096-8192: 64x256 tiles at 5 stages, one of the two best there
@@ -144,9 +145,9 @@ def splitk_configs():
 
 def prune_splitk(configs, named_args, **kwargs):
     """Drop split-K configs that cannot fit or suit this shape: pipeline staging over
-    SMEM_STAGING_LIMIT (the fp32 128x128x64 tile at 4 stages needs 256 KB: OutOfResources on an
-    H200), and tiles taller than max(64, next_pow2(M)) rows (128-row tiles for M = 64 would be
-    half padding).  At least one config is always kept."""
+    SMEM_STAGING_LIMIT (the fp32 128x128x64 tile at 4 stages needs 256 KB, more than Hopper's
+    227 KB: it fails with OutOfResources), and tiles taller than max(64, next_pow2(M)) rows
+    (128-row tiles for M = 64 would be half padding).  At least one config is always kept."""
     configs = fit_smem(configs, named_args["a_ptr"].element_size())
     rows = max(64, next_pow2(named_args["M"]))
     return ([c for c in configs if c.kwargs["BLOCK_M"] <= rows]

@@ -3,7 +3,7 @@
 The property checked here is memory-level parallelism of the single-pass kernels: every global
 load is issued before the first barrier.  A barrier waits for the shared-memory stores before it,
 and those store loaded data; a load issued after it starts only once an earlier load has come back
-from DRAM -- a second round trip, about a microsecond on a small tensor after the L2 flush.
+from DRAM -- a second round trip (docs/kernels.md, 'What every kernel shares').
 A kernel can do exactly that: the compiler may move one input into the others' layout through
 shared memory before it issues their loads.
 
