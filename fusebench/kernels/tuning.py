@@ -351,14 +351,33 @@ def bench_config(fn, quantiles=None):
 def triton_autotune(configs, key, **kwargs):
     """triton.autotune whose configs are timed by bench_config, compiled together before the first
     is timed (compile_configs), and whose choices Triton keeps on disk (cache_results) unless
-    FUSEBENCH_TUNING_CACHE=0, where this Triton accepts them."""
+    FUSEBENCH_TUNING_CACHE=0, where this Triton accepts them (disk_cache_per_settings: the
+    setting as it is when a key is tuned, not at import)."""
     params = inspect.signature(triton.autotune).parameters
     if "do_bench" in params:
         kwargs.setdefault("do_bench", bench_config)
-    if "cache_results" in params and settings.current().tuning_cache:
-        kwargs.setdefault("cache_results", True)
+    ours = "cache_results" in params and "cache_results" not in kwargs
+    if ours:
+        kwargs["cache_results"] = True
     decorate = triton.autotune(configs=configs, key=key, **kwargs)
-    return lambda fn: compile_configs_together(decorate(fn))
+    return lambda fn: compile_configs_together(disk_cache_per_settings(decorate(fn)) if ours else decorate(fn))
+
+
+def disk_cache_per_settings(tuner):
+    """`tuner` (a triton.autotune Autotuner made with cache_results=True) keeping its choices on
+    disk only while settings.tuning_cache is on, read when it is about to tune a key: after
+    pruning (Autotuner.prune_configs, as Triton 3.x names it), before it consults its disk cache.
+    A Triton without that method keeps the switch it was made with."""
+    prune, on = getattr(tuner, "prune_configs", None), getattr(tuner, "cache_results", None)
+    if not callable(prune) or on is None:
+        return tuner
+
+    def prune_configs(*args, **kwargs):
+        tuner.cache_results = on and settings.current().tuning_cache
+        return prune(*args, **kwargs)
+
+    tuner.prune_configs = prune_configs
+    return tuner
 
 
 # ----------------------------------------------------------------------------------------------

@@ -107,6 +107,22 @@ def test_choice_cache_follows_the_settings_at_each_use(tmp_path, monkeypatch):
     assert not cache.enabled and cache.get(meta, "k", ["a", "b"]) is None
 
 
+def test_triton_autotune_disk_cache_follows_the_setting(monkeypatch):
+    # whether triton.autotune's choices go to Triton's disk cache is read at each tuning, not at
+    # the kernel's import (the interpreter never caches: a stand-in for a GPU tuner here)
+    class Tuner:
+        cache_results = True
+
+        def prune_configs(self, kwargs):
+            return ["config"]
+
+    tuner = tuning.disk_cache_per_settings(Tuner())
+    for value, on in (("0", False), ("1", True), ("0", False)):
+        monkeypatch.setenv("FUSEBENCH_TUNING_CACHE", value)
+        settings.refresh()
+        assert tuner.prune_configs({}) == ["config"] and tuner.cache_results is on
+
+
 def test_the_tuners_memory_is_part_of_the_kernel_state(tmp_path, monkeypatch):
     # TUNER's choices and timings, and the source hashes, are launch.STATE's tables: STATE.clear()
     # forgets them with the launchers built on them, and a source is hashed again after it
