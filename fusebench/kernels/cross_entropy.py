@@ -12,18 +12,19 @@ Backward: one program per (row, block of GRAD_BLOCK_N columns) writes
     dlogits = (softmax(x) - onehot(target)) * dloss / M = (exp(x - lse) - [col == target]) * dloss / M
 reading the incoming gradient dloss on the device (no host synchronisation).  Writing the gradient
 in the forward instead (Liger-Kernel's way) moves the logits' size once more in forward plus
-backward (the forward writes it, the backward scales it) and keeps it alive from the forward on:
-on an H100 the fused form was 9-27% slower than Inductor's in fwd_bwd, with twice its peak memory
-(docs/kernels.md).  This way a training step moves 3 logits-sized tensors (read, read, write), as
-Inductor's does, and holds one gradient.
+backward (the forward writes it, the backward scales it) and keeps it alive from the forward on,
+which is slower than Inductor's in fwd_bwd, with twice its peak memory (docs/kernels.md,
+'Cross-entropy's gradient in the backward, not the forward').  This way a training step moves 3
+logits-sized tensors (read, read, write), as Inductor's does, and holds one gradient.
 
 A forward chunk is 4096 columns over 8 warps: 16 logits a thread, with the scalars the only
 state carried across chunks, whatever the vocabulary.  The per-row losses (fp32) are averaged by
 torch (M values).
 
-A call is one lookup of the launch kept for its operands' key (launch.signature), the allocations,
-the launch and the mean; a new key checks the operands (logits whose columns are strided, or
-targets that are not contiguous, are copied: the copies have a key of their own).
+A call is one lookup of the launch kept for its operands' key (launch.signature) in the family's
+launch.LauncherCache, the allocations, the launch and the mean; a new key checks the operands
+(logits whose columns are strided, or targets that are not contiguous, are copied: the copies
+have a key of their own).
 """
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ import triton
 import triton.language as tl
 
 from fusebench.kernels import plans
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import exp_ftz
 
 BLOCK_N = 4096
-# The backward's block of a row: 16 logits a thread over 8 warps (within 1% of the best of 1024-8192
-# columns x 2-16 warps on an H100 at the quick shapes; 2048 columns over 4 warps is 1-2% slower).
+# The backward's block of a row: 16 logits a thread over 8 warps, the best of the block sizes and
+# warp counts measured (docs/kernels.md, 'Backward kernels').
 GRAD_BLOCK_N = 4096
 
 
@@ -78,7 +79,7 @@ def _ce_grad_kernel(x_ptr, t_ptr, lse_ptr, dloss_ptr, g_ptr, N, stride_x, stride
     tl.store(g_ptr + row * stride_g + cols, g.to(g_ptr.dtype.element_ty), mask=mask)
 
 
-class _Launcher:
+class _LossLauncher:
     """A key's forward launch (None: no rows), its arguments after the pointers, and the rows."""
 
     __slots__ = ("launch", "rest", "rows")
@@ -107,19 +108,18 @@ class _GradLauncher:
         self.rest = (N, x.stride(0), N, 1.0 / M if M else 0.0)
 
 
-# (with_lse, the signature of logits and targets) -> its _Launcher; the signature of logits,
-# targets and lse -> its _GradLauncher
-_LAUNCHERS: dict[tuple, _Launcher] = {}
-_GRAD_LAUNCHERS: dict[tuple, _GradLauncher] = {}
+# ("fwd", with_lse, the signature of logits and targets) -> its _LossLauncher;
+# ("bwd", the signature of logits, targets and lse) -> its _GradLauncher
+_CACHE = STATE.launchers("cross_entropy")
 
 
 def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_lse: bool = False):
     """(mean loss in the logits' dtype, each row's logsumexp in fp32 or None), and the logits and
     targets the kernel read (contiguous copies where the given ones are not: the backward reads
     those)."""
-    f = _LAUNCHERS.get((with_lse, signature(logits, targets)))
+    f = _CACHE.get(("fwd", with_lse, signature(logits, targets)))
     if f is None:
-        return _miss(logits, targets, with_lse)
+        return _first_call(logits, targets, with_lse)
     losses = logits.new_empty_strided(f.rows, (1,), dtype=torch.float32)
     lse = logits.new_empty_strided(f.rows, (1,), dtype=torch.float32) if with_lse else None
     if f.launch is not None:
@@ -128,7 +128,9 @@ def cross_entropy_forward(logits: torch.Tensor, targets: torch.Tensor, with_lse:
     return losses.mean().to(logits.dtype), lse, logits, targets
 
 
-def _miss(logits, targets, with_lse):
+def _first_call(logits, targets, with_lse):
+    """A key's first forward: check the operands, keep the launch for laid-out ones, and call
+    cross_entropy_forward again (on copies where they are not)."""
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"logits must be (rows, vocab) and targets (rows,), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
@@ -138,18 +140,23 @@ def _miss(logits, targets, with_lse):
     t = targets.contiguous()
     if x is not logits or t is not targets:
         return cross_entropy_forward(x, t, with_lse)
-    _LAUNCHERS[(with_lse, signature(logits, targets))] = _Launcher(x, with_lse)
+    _CACHE.miss(("fwd", with_lse, signature(logits, targets)), _build, _LossLauncher, x, with_lse)
     return cross_entropy_forward(logits, targets, with_lse)
+
+
+def _build(kind, *args) -> tuple:
+    """(the key's launcher, kind(*args); final: nothing here is tuned)."""
+    return kind(*args), True
 
 
 def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
                            dloss: torch.Tensor) -> torch.Tensor:
     """The logits' gradient of the mean loss for an incoming gradient dloss (a one-element tensor,
     read on the device), from the forward's logits, targets and lse (cross_entropy_forward's)."""
-    key = signature(logits, targets, lse)
-    f = _GRAD_LAUNCHERS.get(key)
+    key = ("bwd", signature(logits, targets, lse))
+    f = _CACHE.get(key)
     if f is None:
-        f = _GRAD_LAUNCHERS[key] = _GradLauncher(logits)
+        f = _CACHE.miss(key, _build, _GradLauncher, logits)
     grad = logits.new_empty_strided(f.shape, f.stride)
     if f.launch is not None:
         f.launch(logits, targets, lse, dloss.reshape(1), grad, *f.rest)

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.kernels.launch import STATE
+
 
 @triton.jit
 def within(cols, N, EVEN: tl.constexpr):
@@ -31,7 +33,7 @@ def within(cols, N, EVEN: tl.constexpr):
 # cooperative rows
 
 SLOT_WORDS = 8  # words per program per round: at most 8 statistics
-_EXCHANGE: dict[str, torch.Tensor] = {}  # device -> its exchange buffer
+_EXCHANGE = STATE.table("exchange.buffers")  # device -> its exchange buffer
 _SLOT = tl.constexpr(SLOT_WORDS)
 _EPOCH_WRAP = tl.constexpr(2**30)
 

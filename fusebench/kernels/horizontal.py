@@ -14,7 +14,7 @@ Neither needs a second look at a row, so every plan reads `a` exactly once, in o
 
 The counter is a release-acquire atomic: a row's programs publishing tagged words with no fence
 (as the cooperative row-wise plans do, exchange.publish) is slower here at every shape measured
-(docs/kernels.md).
+(docs/kernels.md, 'Horizontal fusion').
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import triton.language as tl
 
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, next_pow2, num_sms
-from fusebench.kernels.launch import Launch, is_final, signature
+from fusebench.kernels.launch import STATE, Launch, is_final, signature
 from fusebench.kernels.plans import (MAX_ONCHIP, RowPlan, as_2d_strided, loop_plan, row_plans, unique, vector_align,
                                       zeroed_counters)
 from fusebench.kernels.registry import triton_kernel
@@ -153,7 +153,7 @@ def _launch_for(a, with_cos: bool, with_max: bool, plan: RowPlan) -> tuple[Launc
     # the call rather than lines never read again (the L2 flush leaves dirty lines that a plain
     # streaming read has to write back).  Kernels that write as much as they read are slower with
     # the hint at large shapes, so they do without it; with the cos output it is a candidate of
-    # its own (RowPlan.evict_first, see horizontal_plans).
+    # its own (RowPlan.evict_first, see horizontal_plans; docs/kernels.md, 'Horizontal fusion').
     evict = "evict_first" if plan.evict_first or not with_cos else ""
     flags = dict(WITH_COS=with_cos, WITH_MAX=with_max, ALIGN=align, EVICT=evict, num_warps=plan.num_warps)
     if plan.mode == "tile":
@@ -179,7 +179,7 @@ def _launch(a, out_sum, out_max, out_cos, plan: RowPlan):
     launch.jit(a, out_sum, out_sum if out_max is None else out_max, out_sum if out_cos is None else out_cos, *rest)
 
 
-class _Launcher:
+class _HorizontalLauncher:
     """One case's call for one key: the plan, the Launch and its other arguments, the outputs'
     shapes (launch None: no rows)."""
 
@@ -199,8 +199,8 @@ class _Launcher:
         return (out_sum, second), self.plan
 
 
-# (case, forced plan, max_onchip, the input's signature) -> its _Launcher
-_LAUNCHERS: dict[tuple, _Launcher] = {}
+# (case, forced plan, max_onchip, the input's signature) -> its _HorizontalLauncher
+_CACHE = STATE.launchers("horizontal")
 
 
 def horizontal_plans(M, N, device, max_onchip=MAX_ONCHIP, with_cos=False, **kw):
@@ -234,14 +234,17 @@ def _horizontal(name, a, with_cos, with_max, plan, max_onchip, return_plan=False
     """The case's outputs (and the plan): one dict lookup of the key's launcher, the outputs'
     allocation and a launch; a new key checks the input, asks the tuner and builds the launcher."""
     key = (name, plan, max_onchip, signature(a))
-    found = _LAUNCHERS.get(key)
-    out, plan = found(a) if found is not None else _miss(name, a, with_cos, with_max, plan, max_onchip, key)
+    found = _CACHE.get(key)
+    out, plan = found(a) if found is not None else _first_call(name, a, with_cos, with_max, plan, max_onchip, key)
     return (out, plan) if return_plan else out
 
 
-def _miss(name, a, with_cos, with_max, plan, max_onchip, key):
+def _first_call(name, a, with_cos, with_max, plan, max_onchip, key):
+    """_horizontal for a key without a launcher: check the input (an exotic view is copied, and
+    the copy runs under a key of its own; no columns: no launch), then call the key's launcher,
+    built by _build."""
     laid = as_2d_strided(a)
-    if laid is not a:  # an exotic view, copied: a key of its own
+    if laid is not a:
         return _horizontal(name, laid, with_cos, with_max, plan, max_onchip, True)
     M, N = a.shape
     if N == 0:
@@ -250,6 +253,13 @@ def _miss(name, a, with_cos, with_max, plan, max_onchip, key):
             raise RuntimeError("amax(): expected a non-empty reduction dimension")
         out_cos = torch.empty((M, N), dtype=a.dtype, device=a.device) if with_cos else None
         return (torch.zeros((M,), dtype=a.dtype, device=a.device), out_cos), None
+    return _CACHE.miss(key, _build, name, a, with_cos, with_max, plan, max_onchip)(a)
+
+
+def _build(name, a, with_cos, with_max, plan, max_onchip) -> tuple[_HorizontalLauncher, bool]:
+    """(the launcher of a checked input, whether its plan is final: launch.is_final): with `plan`,
+    else with the tuner's choice among horizontal_plans."""
+    M, N = a.shape
     final = True
     if M > 0 and plan is None:
         operands = (a, torch.empty((M,), dtype=a.dtype, device=a.device),
@@ -261,13 +271,11 @@ def _miss(name, a, with_cos, with_max, plan, max_onchip, key):
         plan = autotune(tuner_key, cands, lambda p, *ops: _launch(*ops, p), a.device, operands, n_outputs=3,
                         source=_SOURCE())
         final = is_final(tuning.TUNER, tuner_key, a.device, len(cands))
-    launcher = _Launcher()
+    launcher = _HorizontalLauncher()
     launcher.plan, launcher.with_cos, launcher.with_max = plan, with_cos, with_max
     launcher.rows, launcher.shape, launcher.stride = (M,), (M, N), (N, 1)
     launcher.launch, launcher.rest = _launch_for(a, with_cos, with_max, plan) if M > 0 else (None, ())
-    if final:
-        _LAUNCHERS[key] = launcher
-    return launcher(a)
+    return launcher, final
 
 
 def horizontal_reduction_pointwise_impl(a: torch.Tensor, plan: RowPlan | None = None,

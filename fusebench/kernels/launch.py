@@ -1,11 +1,11 @@
 """Launching a compiled Triton kernel with everything decided once: the host's cost per call.
 
 `jit_fn[grid](*args, **constexprs)` binds and specialises every argument, hashes the result and
-looks the binary up on each call: ~10-40 us of Python for kernels with 20-30 arguments, more
-than the GPU time of a small row-wise kernel.  A `Launch` makes that call once, keeps the compiled
-kernel it returns, and afterwards launches the binary directly with the new tensors: through
-cuLaunchKernelEx (cuda_launch.DirectLaunch) where the kernel's parameters allow, else through
-Triton's own launcher.
+looks the binary up on each call: for kernels with 20-30 arguments that Python costs more than
+the GPU time of a small row-wise kernel (docs/kernels.md, 'One launcher per problem key').  A
+`Launch` makes that call once, keeps the compiled kernel it returns, and afterwards launches the
+binary directly with the new tensors: through cuLaunchKernelEx (cuda_launch.DirectLaunch) where
+the kernel's parameters allow, else through Triton's own launcher.
 
 That is valid only while Triton would pick the same binary, so a caller keeps one `Launch` per
 problem key that fixes everything Triton specialises on: the shapes and strides (every integer
@@ -22,7 +22,8 @@ with the Launch, also fixed by the key, and a caller passes the base tensor in a
 place: the direct launch then needs no descriptor object, and Triton's paths get one built here.
 
 `signature` is the key's tensor part and `is_final` says whether a tuner's choice may be kept in a
-launcher: the kernels' launcher caches (rowwise, pointwise, horizontal) use both.
+launcher.  Each kernel family keeps its launchers in a `LauncherCache` and its other per-problem
+tables in a dict, all held by the one `STATE` (KernelState), which `STATE.clear()` empties.
 """
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ def dependent(device, on: bool = True) -> dict:
     """What a kernel with a `WAIT` constexpr (gdc_wait() first when set) takes to be launched as a
     programmatic dependent of the kernel before it in the stream, where the device can
     (dev.dependent_launch): its programs may then start as that kernel ends, or as it lets them
-    (gdc_launch_dependents), 1-1.6 us sooner on an H100 (docs/kernels.md).  Only for a call's
-    second and later kernels, so that no kernel of a call starts before a caller's timing event;
-    `on=False` gives the plain launch."""
+    (gdc_launch_dependents), which shortens a call (docs/kernels.md, 'How the norm backward
+    launches').  Only for a call's second and later kernels, so that no kernel of a call starts
+    before a caller's timing event; `on=False` gives the plain launch."""
     pdl = on and dev.dependent_launch(device)
     return dict(WAIT=pdl, launch_pdl=True) if pdl else dict(WAIT=False)
 
@@ -198,7 +199,11 @@ class LauncherCache:
         return launcher
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._entries.clear()  # the same dict: `get` stays bound to it
+
+    def values(self):
+        """The launchers kept (for tests and for a reader wondering what is kept)."""
+        return self._entries.values()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -240,5 +245,6 @@ class KernelState:
                 **{k: len(v) for k, v in self._tables.items()}}
 
 
-# The kernel layer's one state object; kernel modules take their caches from it at import.
+# The kernel layer's one state object: kernel modules take their caches and tables from it at
+# import (the same objects for the life of the process; clear() empties them in place).
 STATE = KernelState()

@@ -32,6 +32,7 @@ import torch
 from fusebench import settings
 from fusebench.kernels.device import (REGISTERS_PER_SM, cdiv, is_interpreter, next_pow2, num_sms,
                                       shared_memory_per_program)
+from fusebench.kernels.launch import STATE
 
 T = TypeVar("T")
 
@@ -161,14 +162,15 @@ def split_plan(N: int, chunk: int = 4096, num_warps: int | None = None) -> RowPl
 
 
 # The cooperative plans every two-pass kernel tries: (chunk, warps, programs per SM).  Each is the
-# fastest for some op and row count at long rows (docs/kernels.md): (8192, 8, 2) and (4096, 4, 4)
-# hold 32 values a thread under a 128-register cap (64 with the prefetch); (4096, 2, 4) holds 64 a
-# thread at 2 warps under a 248-register cap (twice the bytes in flight per SM at half the warps).
+# fastest for some op and row count at long rows (docs/kernels.md, 'Chunk shapes'): (8192, 8, 2)
+# and (4096, 4, 4) hold 32 values a thread under a 128-register cap (64 with the prefetch);
+# (4096, 2, 4) holds 64 a thread at 2 warps under a 248-register cap (twice the bytes in flight
+# per SM at half the warps).
 COOP_SHAPES = ((8192, 16, 2), (4096, 8, 4), (8192, 16, 1), (4096, 16, 2), (8192, 8, 2), (4096, 4, 4), (4096, 2, 4))
 # For 2-byte rows also 8192-column chunks at 4 warps (64 values a thread, 4 programs an SM): a
 # round's exchange costs what it does in fp32 while a 2-byte chunk brings half the bytes, and
 # with the prefetch it is the fastest plan for softmax at 512-16384 rows of 32768-65536 bf16
-# columns, 2-6% ahead of the streamed ones (H100, docs/kernels.md).
+# columns, ahead of the streamed ones (docs/kernels.md, '2-byte rows').
 COOP_SHAPES_2BYTE = ((8192, 4, 4),)
 
 
@@ -250,7 +252,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     than twice the SM count.  `one_reduction`: add the one-reduction variant (RowPlan.one_reduction)
     of every tile of one row of at least 4096 columns a program (below that it is no faster, and
     more candidates there only give the tuner's noise more chances).  Each kind of plan is kept
-    because it is the fastest somewhere (docs/kernels.md has the measurements)."""
+    because it is the fastest somewhere (docs/kernels.md, 'Row-wise reductions', has the
+    measurements)."""
     if N <= max_onchip:
         base = tile_plan(M, N, device)
         cands = [base]
@@ -272,8 +275,8 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
              loop_plan(8192, 16, grid=sms, stages=3), loop_plan(4096, 16, grid=sms, stages=4),
              # one program per SM, big steps, the next step's loads issued before this one is used
              # (registers, not shared memory): few rows between a row's two passes, so the second
-             # finds them in L2 (about 1.05x the input read from DRAM at 65536 columns, against
-             # 1.5-1.9x for the plans above), and still enough bytes in flight
+             # finds them in L2 (the input read from DRAM little more than once, against up to
+             # twice for the plans above; docs/kernels.md, 'Loop'), and still enough bytes in flight
              loop_plan(16384, 32, grid=sms, stages=1), loop_plan(8192, 32, grid=sms, stages=1),
              loop_plan(8192, 16, grid=sms, stages=1)]
     # the same, with the loads in flight across the pass and row boundaries too
@@ -285,7 +288,7 @@ def row_plans(M: int, N: int, device, *, max_onchip: int = MAX_ONCHIP, elem_size
     coops = [coop_plan(M, N, device, chunk, warps, per_sm, prefetch)
              for prefetch in (False, True)
              for chunk, warps, per_sm in shapes] if coop_enabled(device) else []
-    # staged 2 deep (3 deep is no faster)
+    # staged 2 deep (3 deep is no faster: docs/kernels.md, 'The next round's chunk in flight')
     coops += [p for p in (replace(c, stages=2) for c in coops if not c.prefetch)
               if coop_stages_fit(p, device, elem_size, row_inputs)]
     wide = [tile_plan(M, N, device, 1, 32), tile_plan(M, N, device, 1, 16)] if N <= 2 * max_onchip else []
@@ -325,8 +328,8 @@ def tile_2d_plans(M: int, N: int, sizes: Sequence[int] = (8192, 4096, 16384, 102
                   min_programs: int = 0) -> list[TilePlan]:
     """Candidate tiles for an element-wise kernel, the heuristic's choice first.
 
-    Each candidate holds `size` elements (16 per thread: 8192 at 16 warps, the best measured on
-    an H200; 1024 gets 4 warps): as wide as the rows allow up to 1024 columns (M == 1, a
+    Each candidate holds `size` elements (16 per thread: 8192 at 16 warps, the best measured,
+    docs/kernels.md, 'Element-wise kernels'; 1024 gets 4 warps): as wide as the rows allow up to 1024 columns (M == 1, a
     flattened tensor, takes the whole size in one row), the rest in rows.  Tiles that would leave
     fewer than `min_programs` programs (pass the SM count) are dropped.  When none is left, the
     tensor is small and latency-bound: it gets tiles of 1024, 512, 256 and 128 elements (4 warps),
@@ -380,7 +383,8 @@ def vector_align(elem_size: int, *sizes: int) -> int:
     return a
 
 
-_COUNTERS: dict[str, torch.Tensor] = {}
+# device -> its counters
+_COUNTERS = STATE.table("plans.counters")
 
 
 def zeroed_counters(device, n: int) -> torch.Tensor:

@@ -29,9 +29,10 @@ with tiles in column order (column_order_plans) serves the tall tensors; with fe
 (128x16384, 256x8192, ...) load hints serve instead (TRANSPOSED_HINTED_PLANS).
 
 Host work per call (`_call`): one dict lookup of a launcher keyed by the kernel, a forced plan and
-the inputs' shapes, strides, dtypes, device and alignment; the output's allocation; a launch
-through a launch.Launch.  Flattening, plan, grid and constexprs are decided for a new key only
-(the flat layout needs no views: a kernel takes only the tensors' addresses).
+the inputs' shapes, strides, dtypes, device and alignment (the family's launch.LauncherCache); the
+output's allocation; a launch through a launch.Launch.  Flattening, plan, grid and constexprs are
+decided for a new key only (the flat layout needs no views: a kernel takes only the tensors'
+addresses).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ import triton.language as tl
 
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, num_sms
-from fusebench.kernels.launch import Launch, is_final, signature
+from fusebench.kernels.launch import STATE, Launch, is_final, signature
 from fusebench.kernels.plans import TilePlan, as_2d_strided, tile_2d_plans, unique, vector_align
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import autotune, key_of, source_hash
@@ -227,7 +228,7 @@ class _Kernel:
     key_output: bool = True
 
 
-class _Launcher:
+class _TileLauncher:
     """One kernel's call for one key: the plan, the Launch and its other arguments, the output's
     layout (launch None: an empty output)."""
 
@@ -245,24 +246,32 @@ class _Launcher:
         return out, self.plan
 
 
-# (kernel name, forced plan, the inputs' signature) -> its _Launcher
-_LAUNCHERS: dict[tuple, _Launcher] = {}
+# (kernel name, forced plan, the inputs' signature) -> its _TileLauncher
+_CACHE = STATE.launchers("pointwise")
 
 
 def _call(k: _Kernel, plan, *inputs):
     """(output, plan) of kernel `k` on `inputs`: one dict lookup of the key's launcher, an output
     allocation and a launch; a new key checks the inputs, asks the tuner and builds the launcher."""
     key = (k.name, plan, signature(*inputs))
-    found = _LAUNCHERS.get(key)
+    found = _CACHE.get(key)
     if found is None:
-        return _miss(k, plan, key, inputs)
+        return _first_call(k, plan, key, inputs)
     return found(*inputs)
 
 
-def _miss(k: _Kernel, plan, key, inputs):
+def _first_call(k: _Kernel, plan, key, inputs):
+    """_call for a key without a launcher: check the inputs (an exotic view is copied, and the
+    copies run under a key of their own), then call the key's launcher, built by _build."""
     laid = k.check(*inputs)
-    if any(t is not u for t, u in zip(laid, inputs)):  # an exotic view, copied: a key of its own
+    if any(t is not u for t, u in zip(laid, inputs)):
         return _call(k, plan, *laid)
+    return _CACHE.miss(key, _build, k, plan, inputs)(*inputs)
+
+
+def _build(k: _Kernel, plan, inputs) -> tuple[_TileLauncher, bool]:
+    """(the launcher of checked inputs, whether its plan is final: launch.is_final): with `plan`,
+    else with the tuner's choice among the kernel's candidates."""
     device = inputs[0].device
     shape, stride, dtype = k.output(None, *inputs)
     out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
@@ -274,7 +283,7 @@ def _miss(k: _Kernel, plan, key, inputs):
         tuner_key = (k.name, *key_of(*(operands if k.key_output else operands[:-1])))
         plan = autotune(tuner_key, cands, lambda p, *ops: _jit(k, p, ops), device, operands, source=_SOURCE())
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
-    launcher = _Launcher()
+    launcher = _TileLauncher()
     launcher.plan, launcher.launch, launcher.rest = plan, None, ()
     launcher.dtype = None if dtype == inputs[0].dtype else dtype
     shape, stride = k.output(plan, *inputs)[:2] if out.numel() else (shape, stride)
@@ -282,9 +291,7 @@ def _miss(k: _Kernel, plan, key, inputs):
     if out.numel():
         grid, launcher.rest, constants = k.args(plan, *operands)
         launcher.launch = Launch(k.kernel, grid, constants)
-    if final:
-        _LAUNCHERS[key] = launcher
-    return launcher(*inputs)
+    return launcher, final
 
 
 def _jit(k: _Kernel, plan, operands) -> None:
@@ -419,7 +426,8 @@ def bias_dropout_add_impl(inp: torch.Tensor, bias: torch.Tensor, residual: torch
 
 
 # Square-ish tiles: both orientations need at least 32 contiguous elements for full 128-byte
-# lines.  The first is the best measured at most shapes on an H200.
+# lines.  The first is the heuristic's pick, the best at most shapes (docs/kernels.md,
+# 'Element-wise kernels').
 TRANSPOSED_PLANS = [TilePlan(64, 64, 8), TilePlan(128, 64, 8), TilePlan(64, 64, 4),
                     TilePlan(32, 128, 4)]
 # Small tensors (fewer 64x64 tiles than two per SM): 32-element edges, four times the programs,

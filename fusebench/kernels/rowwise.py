@@ -1,32 +1,10 @@
 """One set of kernels for every row-wise op: a reduction over each row of an (M, N) tensor, then
 an element-wise step that uses its result (softmax, softmax backward, layernorm, ...).
 
-An op is a `RowOp`: small @triton.jit functions, passed to the generic kernels below as
-`tl.constexpr` arguments, so that each op's kernels are compiled from the same skeleton with its
-own steps inlined:
-
-    load(src, row, cols, mask, POLICY, F32)  a chunk of the row inputs (a tuple; in fp32 if F32)
-    params(prm, cols, mask)             the per-column parameters at `cols` (a tuple, maybe empty)
-    shift(src, row, mask)               a per-row constant the statistics are taken about (or 0)
-    init(BLOCK_N)                       per-lane running statistics, empty
-    acc(chunk, state, ok, k)            the statistics with one more chunk (`ok`: its columns < N,
-                                        or None for a whole chunk)
-    total(state)                        the per-lane statistics summed across lanes
-    merge(stats, N, eps, k)             the row's constants for the element-wise step
-    apply(chunk, p, consts)             the output at a chunk, in fp32
-    tile(src, prm, row0, r, c, mask, M, N, eps, PREFETCH)  the output of whole rows held on chip
-    coop_stats(chunk, ok, k)            (the chunk as kept, a chunk-local value, the partial
-                                        results published to the row's other programs)
-    coop_merge(parts, local, N, eps, k, SPLITS, BLOCK_S) the constants from all partials
-    coop_apply(chunk, p, consts)        the output at a kept chunk
-    reread_init(), reread_acc(chunk, stats, ok, k)  scalar statistics, a big step at a time
-    tile_saving(...)                    as tile, returning (output, the rows' constants) (ops
-                                        that save their constants for a backward, `saves`)
-    tile_one_reduction(...)             as tile, the rows' statistics taken in one block-wide
-                                        reduction (plans with one_reduction; softmax, double_softmax)
-
-Ops with `saves` (LayerNorm: mean and rstd) write the first `saves` of a row's constants to an
-[M, saves] fp32 tensor when run with save=True (SAVE, a constexpr: nothing is stored otherwise).
+An op is a `RowOp` (rowops.py): small @triton.jit functions, passed to the generic kernels below
+as `tl.constexpr` arguments, so that each op's kernels are compiled from the same skeleton with
+its own steps inlined.  rowops.launch_args turns an op, its inputs and a plan into a launch's
+grid, constexprs and arguments; this module keeps the kernels and the cached run path.
 
 Plan modes (plans.RowPlan):
 
@@ -56,31 +34,24 @@ compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row
 
 Host work per call (`run`): one dict lookup of a launcher keyed by the op, a forced plan, the
 longest row kept on chip and the tensors' shapes, strides, dtypes, device and 16-byte alignment
-(launch.signature), the outputs' allocation, and a launch through a launch.Launch, which calls the
-compiled kernel's launcher directly.  The operands' checks, the plan, grid, constexprs and exchange
-buffer are decided when a key is first seen; the tuner is asked only then.
+(launch.signature) in the family's launch.LauncherCache, the outputs' allocation, and a launch
+through a launch.Launch, which calls the compiled kernel's launcher directly.  The operands'
+checks, the plan, grid, constexprs and exchange buffer are decided when a key is first seen; the
+tuner is asked only then.
 """
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import device, exchange, plans, tuning
+from fusebench.kernels import plans, tuning
 from fusebench.kernels.exchange import collect, coop_layout, exchange_finish, exchange_slots, publish, within
-from fusebench.kernels.launch import Launch, is_final, signature
-
-
-class Mode(enum.Enum):
-    TILE = "tile"
-    LOOP = "loop"
-    STREAM = "stream"
-    REREAD = "reread"
-    COOP = "coop"
+from fusebench.kernels.launch import STATE, Launch, is_final, signature
+# Mode, RowOp and steps: the ops' modules (and sass.py) take them from here too.
+from fusebench.kernels.rowops import Mode, RowOp, launch_args, steps  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -402,147 +373,20 @@ def _coop_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, sync_ptr, words
 
 
 # ----------------------------------------------------------------------------------------------
-# the launch table
+# launches and the cached run path
 
 
-@dataclass(frozen=True)
-class RowOp:
-    """A row-wise op: its device-side steps (see the module docstring) and what it reads.
-
-    `inputs`: row-sized inputs (1 or 2, of one dtype); `n_params`: per-column parameter vectors
-    (0 to 2; with one, the kernels get it in both parameter slots); `aux_out`: the op also writes
-    a second row-sized output (add_rmsnorm's sum of rows), through the last parameter slot as a
-    pointer to its contiguous rows: run allocates it and returns (it, the output); `stats_k`: the
-    words a cooperative program publishes; `even`: EVEN is passed (the op's plain loop and tile
-    drop their masks where the steps allow it); `prefetch_loop`: STAGES 1 issues the
-    next step's loads ahead (else it is tl.range's num_stages=1); `holds_params(plan, cap)`:
-    whether a cooperative program keeps its parameters in registers across rounds; `saves`: how
-    many of a row's constants (merge's first ones) a run with save=True writes for a backward,
-    with `tile_saving(...)`, the tile step returning (output, the rows' constants)."""
-
-    name: str
-    load: object
-    params: object
-    shift: object
-    init: object
-    acc: object
-    total: object
-    merge: object
-    apply: object
-    tile: object
-    coop_stats: object
-    coop_merge: object
-    coop_apply: object
-    stats_k: int = 2
-    saves: int = 0
-    tile_saving: object = None
-    tile_one_reduction: object = None
-    reread_init: object = None
-    reread_acc: object = None
-    inputs: int = 1
-    n_params: int = 0
-    eps: float = 0.0
-    even: bool = False
-    prefetch_loop: bool = True
-    aux_out: bool = False
-    holds_params: Callable[[plans.RowPlan, int], bool] | None = None
-
-    @property
-    def modes(self) -> frozenset[Mode]:
-        modes = {Mode.TILE, Mode.LOOP, Mode.STREAM, Mode.COOP}
-        return frozenset(modes | ({Mode.REREAD} if self.reread_acc is not None else set()))
-
-
-# The op's steps each mode's kernel takes (kernel argument -> RowOp field).
-_COMMON = dict(LOAD="load", PARAMS="params", SHIFT="shift")
-_STEPS = {
-    Mode.TILE: dict(TILE="tile", TILE_SAVING="tile_saving"),
-    Mode.LOOP: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
-    Mode.STREAM: dict(_COMMON, INIT="init", ACC="acc", TOTAL="total", MERGE="merge", APPLY="apply"),
-    Mode.REREAD: dict(_COMMON, RINIT="reread_init", RACC="reread_acc", MERGE="merge", APPLY="apply"),
-    Mode.COOP: dict(_COMMON, STATS="coop_stats", MERGE="coop_merge", APPLY="coop_apply"),
-}
 KERNELS = {Mode.TILE: _tile_kernel, Mode.LOOP: _loop_kernel, Mode.STREAM: _stream_kernel,
            Mode.REREAD: _reread_kernel, Mode.COOP: _coop_kernel}
 
-
-def steps(op: RowOp, mode: Mode) -> dict:
-    """The constexpr arguments that make KERNELS[mode] `op`'s kernel."""
-    return {arg: getattr(op, field) for arg, field in _STEPS[mode].items()}
-
-
-def _args(op: RowOp, ins):
-    """(M, N, a's row and column strides, b's, the output's row stride) and ALIGN for `ins`."""
-    a = ins[0]
-    b = ins[1] if op.inputs > 1 else a
-    M, N = a.shape
-    unit = all(t.stride(1) == 1 for t in ins)
-    align = plans.vector_align(a.element_size(), N, *(t.stride(0) for t in ins)) if unit else 1
-    return (M, N, *a.stride(), *b.stride(), N), align  # the output is contiguous
-
-
-def _tile(op, plan, dims, dev):
-    M, N = dims[:2]
-    even = op.even and N == plan.block_n
-    meta = dict(BLOCK_M=plan.block_m, EVEN=even, WHOLE_ROWS=op.even and plan.block_m == 1, PREFETCH=plan.prefetch,
-                WIDE=wide_offsets(dims, plan.block_m))
-    if plan.one_reduction:
-        if op.tile_one_reduction is None:
-            raise ValueError(f"{op.name} has no one-reduction tile")
-        meta["TILE"] = op.tile_one_reduction
-    return device.cdiv(M, plan.block_m), meta
-
-
-def wide_offsets(dims: tuple, block_m: int) -> bool:
-    """Whether a tile of `block_m` rows over (M, N, row and column strides of every tensor: _args's
-    dims) can reach an element offset of 2**31 or more (rows past M included)."""
-    M, N, *strides = dims
-    rows, cols = strides[0::2], strides[1::2]
-    return (M + block_m) * max(map(abs, rows)) + N * max(map(abs, cols)) >= 2**31
-
-
-def _loop(op, plan, dims, dev):
-    M, N = dims[:2]
-    # the prefetching STAGES 1 still masks its load past the row's end
-    even = op.even and N % plan.block_n == 0 and plan.stages is None
-    return plan.grid or M, dict(STAGES=plan.stages, EVEN=even, PREFETCH_LOOP=op.prefetch_loop)
-
-
-def _stream(op, plan, dims, dev):
-    return plan.grid, {}
-
-
-def _reread(op, plan, dims, dev):
-    return plan.grid, dict(BLOCK_N2=plan.block_n2)
-
-
-def _coop(op, plan, dims, dev):
-    coop = plans.coop_launch_args(plan, dev)
-    hold = bool(op.holds_params and op.holds_params(plan, coop["maxnreg"]))
-    return plan.grid, dict(K=op.stats_k, HOLD=hold, **coop)
-
-
-# mode -> (op, plan, _args's dims, dev) -> (programs, the launch's other constexprs and options)
-_LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
+# The modules whose source decides a row-wise launch (a tuned choice is kept for their code only).
+SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.rowops", "fusebench.kernels.exchange")
 
 
 def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tuple[Launch, tuple]:
     """(the Launch, the runtime arguments after the six tensors) of `op` with `plan` on inputs
-    laid out as `ins` (2-D, one shape), writing the rows' constants if `save`; the cooperative
-    plans' exchange buffer is among the arguments."""
-    mode = next((m for m in op.modes if m.value == plan.mode), None)
-    if mode is None:
-        raise ValueError(f"{op.name} has no {plan.mode} plan")
-    dims, align = _args(op, ins)
-    device = ins[0].device
-    grid, meta = _LAUNCH[mode](op, plan, dims, device)
-    rest = (*dims, op.eps)
-    if mode is Mode.COOP:  # the exchange buffer, and its size in words
-        sync = exchange.exchange_buffer(device, plan.grid)
-        rest = (sync, sync.numel(), *rest, plan.splits)
-    # meta may replace a step (the one-reduction tile)
-    constants = {**steps(op, mode), "ALIGN": align, "BLOCK_N": plan.block_n, "num_warps": plan.num_warps,
-                 "SAVE": op.saves if save else 0, **meta}
+    laid out as `ins` (2-D, one shape), writing the rows' constants if `save` (rowops.launch_args)."""
+    mode, grid, constants, rest = launch_args(op, ins, plan, save)
     return Launch(KERNELS[mode], (grid,), constants), rest
 
 
@@ -556,10 +400,7 @@ def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan, stats: torch.Tensor | 
                a if stats is None else stats, *rest)
 
 
-SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.exchange")
-
-
-class _Launcher:
+class _RowLauncher:
     """Everything a call of one op on one key needs besides its tensors: the plan, the Launch
     and its other arguments, the outputs' shape and strides (launch None: empty outputs)."""
 
@@ -568,7 +409,8 @@ class _Launcher:
     def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None, save: bool = False):
         a = ins[0]
         M, N = a.shape
-        # plain tuples: new_empty_strided parses them faster than torch.Size (~1 us a call)
+        # plain tuples: new_empty_strided parses them faster than torch.Size
+        # (docs/kernels.md, 'One launcher per problem key')
         self.plan, self.shape, self.stride = plan, (M, N), (N, 1)
         self.two, self.aux = op.inputs > 1, op.aux_out
         self.saved = (M, op.saves) if save else None
@@ -596,8 +438,8 @@ class _Launcher:
         return out, self.plan
 
 
-# (op name, forced plan, max_onchip, save, the tensors' signature) -> its _Launcher
-_LAUNCHERS: dict[tuple, _Launcher] = {}
+# (op name, forced plan, max_onchip, save, the tensors' signature) -> its _RowLauncher
+_CACHE = STATE.launchers("rowwise")
 
 
 def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: plans.RowPlan | None, source,
@@ -610,22 +452,22 @@ def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: plans.RowPla
     shapes, strides, dtypes, device and alignment, the outputs' allocation and a launch.  Only a
     new key checks the operands, lists the candidates, asks the tuner and evaluates `source` (the
     code's hash, or a function returning it)."""
-    found = _LAUNCHERS.get((op.name, plan, max_onchip, save, signature(*ins, *prm)))
+    found = _CACHE.get((op.name, plan, max_onchip, save, signature(*ins, *prm)))
     if found is None:
-        return _miss(op, ins, prm, candidates, plan, source, max_onchip, save)
+        return _first_call(op, ins, prm, candidates, plan, source, max_onchip, save)
     return found(ins, prm)
 
 
-def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
-    """run() for a key without a launcher: check the operands, choose the plan, keep the launcher
-    where the choice is final (launch.is_final)."""
+def _first_call(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
+    """run() for a key without a launcher: check the operands (an exotic layout is copied, and the
+    copies run under a key of their own), then call the key's launcher, built by _build."""
     ins, prm = tuple(ins), tuple(prm)
     if len(ins) != op.inputs or len(prm) != op.n_params:
         raise ValueError(f"{op.name} takes {op.inputs} row input(s) and {op.n_params} parameter vector(s)")
     if save and (not op.saves or op.aux_out):
         raise ValueError(f"{op.name} saves no row constants")
     laid = tuple(plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
-    M, N = laid[0].shape
+    N = laid[0].shape[1]
     if any(t.shape != laid[0].shape for t in laid):
         raise ValueError(f"{op.name}: inputs of shapes {[tuple(t.shape) for t in laid]} differ in shape")
     if any(t.dtype != laid[0].dtype for t in laid):
@@ -635,16 +477,24 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
     # Kernels index the parameters as dense tensors (a strided view is copied).
     dense = tuple(p.contiguous() for p in prm)
     if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
-        # An exotic layout: the copies have a key (and a launcher) of their own.
         return run(op, laid, dense, candidates, plan, source, max_onchip, save)
     key = (op.name, plan, max_onchip, save, signature(*ins, *prm))
+    return _CACHE.miss(key, _build, op, ins, prm, candidates, plan, source, max_onchip, save)(ins, prm)
+
+
+def _build(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save) -> tuple[_RowLauncher, bool]:
+    """(the launcher of checked operands, whether its plan is final: launch.is_final): with
+    `plan`, else with the tuner's choice among the candidates."""
     final = True
     if plan is None and ins[0].numel():
+        M, N = ins[0].shape
         device = ins[0].device
         cands = candidates(M, N, device, max_onchip=max_onchip, elem_size=ins[0].element_size())
         out = torch.empty((M, N), dtype=ins[0].dtype, device=device)
         n = op.inputs
-        if save:  # tuned apart: saving costs some plans more than others (a 32-warp RMSNorm tile 15%)
+        # a saving run is tuned apart (docs/kernels.md, 'Saving costs some forward plans more
+        # than others')
+        if save:
             tuner_key = (op.name, "save", *tuning.key_of(*ins, *prm))
             operands = (*ins, *prm, torch.empty((M, op.saves), dtype=torch.float32, device=device), out)
             run_plan = lambda p, *o: launch(op, o[:n], o[n:-2], o[-1], p, stats=o[-2])  # noqa: E731
@@ -656,10 +506,7 @@ def _miss(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
         plan = tuning.autotune(tuner_key, cands, run_plan, device, operands,
                                source=source() if callable(source) else source)
         final = is_final(tuning.TUNER, tuner_key, device, len(cands))
-    launcher = _Launcher(op, ins, plan, save)
-    if final:
-        _LAUNCHERS[key] = launcher
-    return launcher(ins, prm)
+    return _RowLauncher(op, ins, plan, save), final
 
 
 def describe(shape, dtype) -> str:

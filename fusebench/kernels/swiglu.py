@@ -7,8 +7,8 @@ Backward: with s = sigmoid(a), recomputed from a rather than saved,
 one read of dy, a and b, one write of da and db.  All arithmetic is fp32; outputs have the
 inputs' dtype.  The tensors are walked as flat contiguous vectors, BLOCK elements a program.
 
-A call is one lookup of the launch kept for its operands' key (launch.signature), the outputs'
-allocation and the launch; operands that are not contiguous are copied first (their contiguous
+A call is one lookup of the launch kept for its operands' key (launch.signature) in the family's
+launch.LauncherCache, the outputs' allocation and the launch; operands that are not contiguous are copied first (their contiguous
 copies have a key of their own).
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
 BLOCK = 1024
-# The backward at 8 warps (4 elements a thread) is 0.2-0.5% faster than at 4 on an H100 at
-# 4096-16384 x 14336-28672 bf16, where 2048-4096-element blocks and evict_first loads are slower.
+# The backward at 8 warps (4 elements a thread): faster than at 4, and than 2048-4096-element
+# blocks or evict_first loads (docs/kernels.md, 'Backward kernels').
 FWD_WARPS, BWD_WARPS = 4, 8
 
 
@@ -58,7 +58,7 @@ def _check(a, b):
         raise ValueError(f"a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} differ")
 
 
-class _Launcher:
+class _SwiGLULaunch:
     """A key's launch over the operands' n elements, and the outputs' shape and strides."""
 
     __slots__ = ("launch", "n", "shape", "stride")
@@ -69,15 +69,15 @@ class _Launcher:
                        if self.n else None)
 
 
-# ("fwd" or "bwd", the operands' signature) -> its _Launcher
-_LAUNCHERS: dict[tuple, _Launcher] = {}
+# ("fwd" or "bwd", the operands' signature) -> its _SwiGLULaunch
+_CACHE = STATE.launchers("swiglu")
 
 
 def swiglu_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """silu(a) * b."""
-    f = _LAUNCHERS.get(("fwd", signature(a, b)))
+    f = _CACHE.get(("fwd", signature(a, b)))
     if f is None:
-        return _miss("fwd", _swiglu_fwd_kernel, swiglu_forward, a, b)
+        return _first_call("fwd", _swiglu_fwd_kernel, swiglu_forward, a, b)
     y = a.new_empty_strided(f.shape, f.stride)
     if f.launch is not None:
         f.launch(a, b, y, f.n)
@@ -86,16 +86,16 @@ def swiglu_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(da, db) of y = silu(a) * b given dy."""
-    f = _LAUNCHERS.get(("bwd", signature(dy, a, b)))
+    f = _CACHE.get(("bwd", signature(dy, a, b)))
     if f is None:
-        return _miss("bwd", _swiglu_bwd_kernel, swiglu_backward, dy, a, b)
+        return _first_call("bwd", _swiglu_bwd_kernel, swiglu_backward, dy, a, b)
     da, db = a.new_empty_strided(f.shape, f.stride), a.new_empty_strided(f.shape, f.stride)
     if f.launch is not None:
         f.launch(dy, a, b, da, db, f.n)
     return da, db
 
 
-def _miss(direction, kernel, wrapper, *operands):
+def _first_call(direction, kernel, wrapper, *operands):
     """A key's first call: check the operands, keep the launch for contiguous ones, and call
     `wrapper` again (on contiguous copies where the operands are not)."""
     _check(*operands[-2:])
@@ -103,9 +103,14 @@ def _miss(direction, kernel, wrapper, *operands):
         raise ValueError(f"dy {tuple(operands[0].shape)} and a {tuple(operands[-1].shape)} differ")
     if not all(t.is_contiguous() for t in operands):
         return wrapper(*(t.contiguous() for t in operands))
-    _LAUNCHERS[(direction, signature(*operands))] = _Launcher(kernel, operands[-1],
-                                                              FWD_WARPS if direction == "fwd" else BWD_WARPS)
+    _CACHE.miss((direction, signature(*operands)), _build, kernel, operands[-1],
+                FWD_WARPS if direction == "fwd" else BWD_WARPS)
     return wrapper(*operands)
+
+
+def _build(kernel, a, num_warps: int) -> tuple[_SwiGLULaunch, bool]:
+    """(the launch of `kernel` over operands shaped as `a`, final: nothing is tuned)."""
+    return _SwiGLULaunch(kernel, a, num_warps), True
 
 
 class SwiGLU(torch.autograd.Function):

@@ -107,20 +107,15 @@ LONG_PLANS = {
 }
 
 
-def launcher_caches() -> dict:
-    """The launcher caches of the row-wise, element-wise and horizontal kernels, by module."""
-    from fusebench.kernels import rowwise
+def fresh_launchers() -> list:
+    """The launcher caches of the row-wise, element-wise and horizontal kernels (launch.STATE's,
+    in that order), emptied."""
+    from fusebench.kernels.launch import STATE
 
-    return {rowwise: rowwise._LAUNCHERS, kpw: kpw._LAUNCHERS, khor: khor._LAUNCHERS}
-
-
-def fresh_launchers(monkeypatch) -> list[dict]:
-    """Empty launcher caches for one test (the real ones are restored after it)."""
-    fresh = []
-    for module in launcher_caches():
-        monkeypatch.setattr(module, "_LAUNCHERS", {})
-        fresh.append(module._LAUNCHERS)
-    return fresh
+    caches = [STATE.launchers(family) for family in ("rowwise", "pointwise", "horizontal")]
+    for cache in caches:
+        cache.clear()
+    return caches
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench import settings
 from fusebench.kernels import launch as launch_module
 from fusebench.kernels.launch import Launch, signature
 from kernel_checks import DEVICE, gpu
@@ -108,8 +109,8 @@ def spies(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_second_call_asks_neither_tuner_nor_candidates(name, monkeypatch, spies):
-    caches = fresh_launchers(monkeypatch)
+def test_second_call_asks_neither_tuner_nor_candidates(name, spies):
+    caches = fresh_launchers()
     args = inputs(name, (5, 300), torch.float32, seed=1)
     check(name, IMPL[name](*args), args)
     assert "autotune" in spies and len(spies) > 1  # a new key: candidates listed, the tuner asked
@@ -121,8 +122,8 @@ def test_second_call_asks_neither_tuner_nor_candidates(name, monkeypatch, spies)
 
 
 @pytest.mark.parametrize("layout", ["row_stride", "offset4", "fp16", "max_onchip"])
-def test_another_key_gets_its_own_launcher(layout, monkeypatch, spies):
-    caches = fresh_launchers(monkeypatch)
+def test_another_key_gets_its_own_launcher(layout, spies):
+    caches = fresh_launchers()
     (x,) = inputs("softmax", (5, 300), torch.float32, seed=3)
     check("softmax", ksm.softmax_impl(x), (x,))
     first = next(iter(caches[0].values()))
@@ -150,8 +151,8 @@ def test_another_key_gets_its_own_launcher(layout, monkeypatch, spies):
     assert spies == [] and again[1] == plan
 
 
-def test_a_forced_plan_is_part_of_the_key(monkeypatch, spies):
-    caches = fresh_launchers(monkeypatch)
+def test_a_forced_plan_is_part_of_the_key(spies):
+    caches = fresh_launchers()
     args = inputs("layernorm", (3, 700), torch.float32, seed=5)
     forced = plans.loop_plan(64, 4)
     for _ in range(2):
@@ -164,10 +165,10 @@ def test_a_forced_plan_is_part_of_the_key(monkeypatch, spies):
 
 
 @pytest.mark.interpreter
-def test_cooperative_launcher_keeps_its_exchange_buffer(monkeypatch):
+def test_cooperative_launcher_keeps_its_exchange_buffer():
     # one program per row (the interpreter runs programs one after another), two rounds a launch:
     # each call moves the epoch of the buffer its launcher holds past two tags
-    caches = fresh_launchers(monkeypatch)
+    caches = fresh_launchers()
     plan = plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)
     sync = exchange.exchange_buffer(DEVICE, 2)
     for seed in (1, 2):
@@ -182,14 +183,14 @@ def test_cooperative_launcher_keeps_its_exchange_buffer(monkeypatch):
 def test_a_choice_that_is_not_final_is_not_kept(monkeypatch, spies):
     # on a GPU while tuning is off or a graph is captured, the tuner's untimed first candidate
     # must not outlive the call
-    caches = fresh_launchers(monkeypatch)
+    caches = fresh_launchers()
     monkeypatch.setattr(rowwise, "is_final", lambda *a: False)
     (x,) = inputs("softmax", (5, 300), torch.float32, seed=6)
     for _ in range(2):
         spies.clear()
         check("softmax", ksm.softmax_impl(x), (x,))
         assert "autotune" in spies
-    assert caches[0] == {}
+    assert len(caches[0]) == 0
 
 
 def test_is_final(monkeypatch):
@@ -202,8 +203,8 @@ def test_is_final(monkeypatch):
     assert launch.is_final(tuner, "k", "cuda", 5)
 
 
-def test_bad_operands_are_refused_and_nothing_kept(monkeypatch):
-    caches = fresh_launchers(monkeypatch)
+def test_bad_operands_are_refused_and_nothing_kept():
+    caches = fresh_launchers()
     x, w, b = inputs("layernorm", (3, 70), torch.float32)
     with pytest.raises(ValueError, match=r"shape \(70,\)"):
         IMPL["layernorm"](x, w[:60], b)
@@ -220,8 +221,8 @@ def test_bad_operands_are_refused_and_nothing_kept(monkeypatch):
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", ALL)
-def test_gpu_second_call_takes_the_compiled_kernel(name, dtype, monkeypatch):
-    caches = fresh_launchers(monkeypatch)
+def test_gpu_second_call_takes_the_compiled_kernel(name, dtype):
+    caches = fresh_launchers()
     for seed in (1, 2):  # fresh tensors each call; the second goes through the kept launcher
         args = inputs(name, (300, 1000), dtype, seed=seed)
         check(name, IMPL[name](*args), args)
@@ -243,7 +244,6 @@ def test_a_one_off_launch_keeps_nothing():
 # a repeated call's work: the lookup, its outputs' allocations and its launches, nothing else
 
 
-import fusebench.kernels.conv as kconv  # noqa: E402
 import fusebench.kernels.cross_entropy as kce  # noqa: E402
 import fusebench.kernels.matmul as kmm  # noqa: E402
 import fusebench.kernels.rmsnorm as krms  # noqa: E402
@@ -278,7 +278,8 @@ def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypat
     # allocations from Python and of launches per call, and no tuner, for a key met before.
     shape, allocations, launches = _REPEATED[name]
     if name == "conv_bn":
-        monkeypatch.setattr(kconv, "CONV_BN_WAY", "bn-epilogue")
+        monkeypatch.setenv("FUSEBENCH_CONV_BN", "bn-epilogue")
+        settings.refresh()
     events = []
     monkeypatch.setattr(Launch, "__call__", lambda self, *args: events.append("launch"))
     monkeypatch.setattr(Launch, "jit", lambda self, *args: None)
@@ -305,30 +306,29 @@ def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypat
 
 
 @pytest.mark.interpreter
-def test_swiglu_and_cross_entropy_keep_one_launcher_per_key(monkeypatch):
-    monkeypatch.setattr(kswiglu, "_LAUNCHERS", {})
-    monkeypatch.setattr(kce, "_LAUNCHERS", {})
+def test_swiglu_and_cross_entropy_keep_one_launcher_per_key():
+    kswiglu._CACHE.clear()
+    kce._CACHE.clear()
     a, b = torch.randn(3, 50), torch.randn(3, 50)
     torch.testing.assert_close(kswiglu.swiglu_forward(a, b), torch.nn.functional.silu(a) * b)
     torch.testing.assert_close(kswiglu.swiglu_forward(a.t(), b.t()), torch.nn.functional.silu(a.t()) * b.t())
-    assert len(kswiglu._LAUNCHERS) == 2  # (the transposed operands' contiguous copies: a key of their own)
+    assert len(kswiglu._CACHE) == 2  # (the transposed operands' contiguous copies: a key of their own)
     with pytest.raises(ValueError, match="differ"):
         kswiglu.swiglu_forward(a, b[:2])
     logits, targets = torch.randn(4, 70), torch.randint(0, 70, (4,))
-    monkeypatch.setattr(kce, "_GRAD_LAUNCHERS", {})
     for _ in range(2):
         loss, lse, x, t = kce.cross_entropy_forward(logits, targets, with_lse=True)
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, targets))
         grad = kce.cross_entropy_backward(x, t, lse, torch.tensor(1.0))
         torch.testing.assert_close(grad, torch.softmax(logits, 1).sub(torch.nn.functional.one_hot(targets, 70)) / 4)
-    assert len(kce._LAUNCHERS) == 1 and len(kce._GRAD_LAUNCHERS) == 1
+    assert len(kce._CACHE) == 2  # the forward's launcher and the backward's
     with pytest.raises(ValueError, match="targets"):
         kce.cross_entropy_forward(logits, targets[:3])
 
 
 @pytest.mark.interpreter
-def test_add_rmsnorm_writes_h_through_its_own_allocation(monkeypatch):
-    fresh_launchers(monkeypatch)
+def test_add_rmsnorm_writes_h_through_its_own_allocation():
+    fresh_launchers()
     x, residual, w = get_case("add_rmsnorm").make_inputs((5, 300), torch.float32, "cpu", 0)
     for _ in range(2):
         (h, y), plan = krms.add_rmsnorm_run(x, residual, w)
@@ -344,8 +344,8 @@ def test_add_rmsnorm_writes_h_through_its_own_allocation(monkeypatch):
 
 
 @pytest.mark.interpreter
-def test_rmsnorm_max_onchip_is_part_of_the_key(monkeypatch):
-    caches = fresh_launchers(monkeypatch)
+def test_rmsnorm_max_onchip_is_part_of_the_key():
+    caches = fresh_launchers()
     x, w = get_case("rmsnorm").make_inputs((3, 300), torch.float32, "cpu", 0)
     assert krms.rmsnorm_run(x, w)[1].mode == "tile"
     assert krms.rmsnorm_run(x, w, max_onchip=64)[1].mode == "loop" and sum(map(len, caches)) == 2
@@ -358,7 +358,6 @@ def test_tma_plan_passes_each_call_s_own_tensors(monkeypatch):
     monkeypatch.setattr(Launch, "__call__", lambda self, *args: seen.append((self.descriptors, args[:3])))
     monkeypatch.setattr(triton.runtime.Autotuner, "run", lambda self, *a, **k: setattr(
         self, "best_config", self.configs[0]))
-    monkeypatch.setattr(kmm, "_PLANS", {})
     from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401  (Triton >= 3.4)
     a, b = torch.randn(64, 32), torch.randn(48, 32).t()  # b transposed: its descriptor is of the (48, 32) matrix
     c = torch.empty(64, 48)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fusebench.cases.base import get_case
-from fusebench.kernels import KERNELS, exchange, plans, rowwise
+from fusebench.kernels import KERNELS, exchange, plans, rowops, rowwise
 import fusebench.kernels.norms as knorm
 import fusebench.kernels.softmax as ksm
 from kernel_checks import DEVICE, IMPL, LONG_PLANS, TWO_PASS, check, check_plan, checked, gpu, inputs, strided
@@ -209,10 +209,10 @@ def test_double_softmax_peaked_rows(mode):
 
 def test_tiles_take_64_bit_offsets_only_past_2_to_the_31():
     # (M, N, a's row and column strides, b's, the output's row stride)
-    assert not rowwise.wide_offsets((32766, 65535, 65535, 1, 65535, 1, 65535), 1)  # 32768 * 65535 < 2**31
-    assert rowwise.wide_offsets((32768, 65536, 65536, 1, 65536, 1, 65536), 1)  # 2**31 elements
-    assert rowwise.wide_offsets((1000, 100, 100, 1, 3_000_000, 1, 100), 4)  # b's rows far apart
-    assert rowwise.wide_offsets((10, 10, 10, 1, 10, -300_000_000, 10), 1)  # a reversed column stride
+    assert not rowops.wide_offsets((32766, 65535, 65535, 1, 65535, 1, 65535), 1)  # 32768 * 65535 < 2**31
+    assert rowops.wide_offsets((32768, 65536, 65536, 1, 65536, 1, 65536), 1)  # 2**31 elements
+    assert rowops.wide_offsets((1000, 100, 100, 1, 3_000_000, 1, 100), 4)  # b's rows far apart
+    assert rowops.wide_offsets((10, 10, 10, 1, 10, -300_000_000, 10), 1)  # a reversed column stride
     launch, _ = rowwise._launch_for(ksm.SOFTMAX, (torch.zeros(4, 8),), plans.RowPlan("tile", 2, 8, 1))
     assert launch.constants["WIDE"] is False
 
@@ -291,7 +291,7 @@ def test_saving_runs_are_tuned_apart(monkeypatch):
         return cands[0]
 
     monkeypatch.setattr(rowwise.tuning, "autotune", tuner)
-    monkeypatch.setattr(rowwise, "_LAUNCHERS", {})
+    rowwise._CACHE.clear()
     x, w, b = inputs("layernorm", (5, 700), torch.float32, seed=3)
     (_, stats), _ = knorm.layernorm_run(x, w, b, save=True)
     knorm.layernorm_run(x, w, b)
