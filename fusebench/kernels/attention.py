@@ -29,7 +29,7 @@ import triton.language as tl
 from fusebench import settings
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
-from fusebench.kernels.launch import signature
+from fusebench.kernels.launch import STATE, signature
 from fusebench.kernels.gemm_utils import check_device, has_tensor_descriptors, tuned_launch
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
@@ -245,40 +245,46 @@ def _attn_fwd_tma(desc_q, desc_k, desc_v, Out, Lse, sm_scale,  #
 # ------------------------------------------------------------------------------------------------
 # Host side.
 
-# "tma", "ptr" or "auto" (tma on Hopper for contiguous fp16/bf16 inputs)
-ATTN_IMPL = settings.current().attn_impl
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
-def _tma_ok(q, k, v) -> bool:
-    if ATTN_IMPL == "ptr" or not has_tensor_descriptors() or q.dtype == torch.float32:
+def _tma_ok(q, k, v, policy: str) -> bool:
+    if policy == "ptr" or not has_tensor_descriptors() or q.dtype == torch.float32:
         return False
     return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
 
 
-def attention_impl_for(q, k, v) -> str:
-    return "tma" if _tma_ok(q, k, v) else "ptr"
+def attention_impl_for(q, k, v, policy: str | None = None) -> str:
+    """The implementation, "tma" or "ptr", for these operands under `policy` (default: the
+    attn_impl setting, FUSEBENCH_ATTN_IMPL: "tma", "ptr" or "auto", which is tma on Hopper for
+    contiguous fp16/bf16 inputs)."""
+    policy = settings.current().attn_impl if policy is None else policy
+    return "tma" if _tma_ok(q, k, v, policy) else "ptr"
 
 
 # {problem key: plan}; a plan is `plan(q, k, v) -> out` (with_lse: (out, lse)), the kernel, its
-# config, the grid and the integer arguments fixed at the key's first call.
-_PLANS: dict = {}
+# config, the grid and the integer arguments fixed at the key's first call.  The attn_impl
+# setting is part of the key, read at each call: a changed setting takes the next call to a plan
+# of its own.
+_PLANS = STATE.table("attention.plans")
 
 
 def flash_attention(q, k, v, causal: bool, impl: str | None = None, with_lse: bool = False):
     """The attention output; with_lse: (output, each row's logsumexp of scale * q k^T as fp32
     (batch, heads, seqlen)), which the backward needs."""
-    key = (signature(q, k, v), bool(causal), impl, ATTN_IMPL, with_lse)
+    policy = settings.current().attn_impl
+    key = (signature(q, k, v), bool(causal), impl, policy, with_lse)
     plan = _PLANS.get(key)
     if plan is None:
-        plan, out = _first_call(q, k, v, causal, impl, with_lse)
+        plan, out = _first_call(q, k, v, causal, impl, with_lse, policy)
         _PLANS[key] = plan
         return out
     return plan(q, k, v)
 
 
-def _first_call(q, k, v, causal, impl, with_lse=False):
-    """Run the kernel through its autotuner on this call's operands; then (plan, output)."""
+def _first_call(q, k, v, causal, impl, with_lse=False, policy=None):
+    """Run the kernel through its autotuner on this call's operands; then (plan, output).  `impl`
+    None: attention_impl_for under `policy`."""
     B, H, S, D = q.shape
     assert k.shape == q.shape and v.shape == q.shape, "self-attention shapes only"
     assert D in HEAD_DIMS, f"head_dim {D} not supported"
@@ -296,7 +302,7 @@ def _first_call(q, k, v, causal, impl, with_lse=False):
     if out.numel() == 0:
         return (lambda q, k, v: result(*alloc_both())), result(out, lse)
     sm_scale = 1.0 / math.sqrt(D)
-    impl = impl or attention_impl_for(q, k, v)
+    impl = impl or attention_impl_for(q, k, v, policy)
     consts = dict(HEAD_DIM=D, CAUSAL=bool(causal), STORE_LSE=with_lse)
 
     def grid(meta):
@@ -350,7 +356,7 @@ def _describe(shape, dtype):
     kind = "causal" if shape[4] else "non-causal"
     if dtype == torch.float32:
         return f"fp32 ieee, flash fwd (pointer loads), {kind}"
-    how = "TMA loads" if (ATTN_IMPL != "ptr" and has_tensor_descriptors()) else "pointer loads"
+    how = "TMA loads" if (settings.current().attn_impl != "ptr" and has_tensor_descriptors()) else "pointer loads"
     return f"{'fp16' if dtype == torch.float16 else 'bf16'}, flash fwd ({how}), {kind}"
 
 

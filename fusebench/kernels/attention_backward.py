@@ -35,7 +35,7 @@ from fusebench.kernels.attention import flash_attention
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.gemm_utils import tuned_launch
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.tuning import triton_autotune as autotune
 
 LOG2E = 1.4426950408889634
@@ -292,7 +292,7 @@ def _bwd_dq(Q, K, V, DO, Lse, Delta, DQ, sm_scale,  #
 
 # {problem key: plan}; a plan is `plan(do, q, k, v, out, lse) -> (dq, dk, dv)`, the three launches
 # with the configs tuned at the key's first call.
-_PLANS: dict = {}
+_PLANS = STATE.table("attention_backward.plans")
 
 
 def attention_backward(do, q, k, v, out, lse, causal: bool):

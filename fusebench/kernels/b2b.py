@@ -15,10 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench import settings
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.device import next_pow2
 from fusebench.kernels import gemm_utils as gu
-from fusebench.kernels.launch import signature
+from fusebench.kernels.launch import STATE, signature
 from fusebench.kernels.gemm_utils import dot_precision, precision_note, tuned_launch
 from fusebench.kernels.matmul import _supports, gemm
 from fusebench.kernels.registry import triton_kernel
@@ -90,15 +91,17 @@ def b2b_fused(n: int) -> bool:
 
 
 # {problem key: plan}; a plan is `plan(a, b, c) -> out`, everything but the output decided at the
-# key's first call.
-_PLANS: dict = {}
+# key's first call.  The key holds the fp32_precision setting (the dots' precision), read at each
+# call: a changed setting takes the next call to a plan of its own.
+_PLANS = STATE.table("b2b.plans")
 
 
 def b2b(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    plan = _PLANS.get(signature(a, b, c))
+    key = (signature(a, b, c), settings.current().fp32_precision)
+    plan = _PLANS.get(key)
     if plan is None:
         plan, out = _fused_plan(a, b, c)
-        _PLANS[signature(a, b, c)] = plan
+        _PLANS[key] = plan
         return out
     return plan(a, b, c)
 
@@ -134,8 +137,9 @@ def two_gemms(a, b, c):
     return gemm(gemm(a, b), c)
 
 
-# Two-GEMM paths captured in a CUDA graph (gemm_utils.MULTI_KERNEL == "graph"), per problem key.
-_GRAPHS: dict = {}
+# Two-GEMM paths captured in a CUDA graph (gemm_utils.MULTI_KERNEL == "graph"), per problem key and
+# the settings that decide the GEMMs' plans.
+_GRAPHS = STATE.table("b2b.graphs")
 
 
 def _describe_b2b(shape, dtype):
@@ -151,7 +155,8 @@ def matmul_matmul(a, b, c):
         return b2b(a, b, c)
     if not gu.graph_capturable(a):
         return two_gemms(a, b, c)
-    key = signature(a, b, c)
+    s = settings.current()
+    key = (signature(a, b, c), s.gemm_impl, s.fp32_precision)
     graph = _GRAPHS.get(key)
     if graph is None:
         graph = _GRAPHS[key] = gu.GraphCall(two_gemms, (a, b, c))

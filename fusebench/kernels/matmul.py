@@ -10,7 +10,7 @@ Kernels
 - `_gemm_tma_kernel`: the same GEMM for Hopper fed by TMA tensor descriptors, persistent (one
   program per SM walking the tiles in grouped order) or not, as an autotuning switch.  For fp16/bf16
   with TMA-compatible strides, gemm() times both kernels at the first call for a shape and keeps
-  the faster (GEMM_IMPL below).
+  the faster (the gemm_impl setting: gemm_impl_for).
 - `_gemm_splitk_kernel` + `_splitk_reduce_kernel`: split-K for skinny problems whose output has
   fewer 128x128 tiles than the GPU has SMs (e.g. 128x8192x8192): each program multiplies one
   K-slice into an fp32 workspace, the second kernel sums the slices in a fixed order
@@ -43,7 +43,7 @@ from fusebench.kernels.gemm_configs import gemm_configs, prune_gemm, prune_split
 from fusebench.kernels.gemm_utils import (
     check_device, dot_precision, grouped_tile, has_tensor_descriptors, precision_note, tuned_launch,
 )
-from fusebench.kernels.launch import Launch, signature
+from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.tuning import fastest, fastest_record, source_hash
 from fusebench.kernels.tuning import triton_autotune as autotune
 from fusebench.kernels.registry import triton_kernel
@@ -270,13 +270,6 @@ def splitk_slices(M: int, N: int, K: int) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------
 # Host side.
 
-# Which GEMM kernel runs: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere),
-# "splitk", or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
-# faster one is kept (tuning.fastest, GPU time as the cells measure it, host launch cost excluded);
-# skinny shapes (splitk_count > 1) add split-K to the race.  "ptr" (loads pipelined with cp.async)
-# is the default, used untimed off the GPU.  The race is close (docs/kernels.md).
-GEMM_IMPL = settings.current().gemm_impl
-
 
 def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
     if not has_tensor_descriptors() or a.dtype not in (torch.float16, torch.bfloat16):
@@ -290,12 +283,21 @@ def _tma_ok(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, res) -> bool:
     return tma_2d(a) and b_ok and tma_2d(c)
 
 
-def gemm_impl_for(a, b, c, res=None) -> str:
-    """ "ptr", "tma", "splitk", or "auto" (several apply: time them) for these operands under GEMM_IMPL."""
-    if GEMM_IMPL in ("ptr", "splitk"):
-        return GEMM_IMPL
+def gemm_impl_for(a, b, c, res=None, policy: str | None = None) -> str:
+    """The implementation for these operands, "ptr", "tma", "splitk", or "auto" (several apply:
+    time them), under `policy` (default: the gemm_impl setting, FUSEBENCH_GEMM_IMPL).
+
+    The policy: "ptr", "tma" (Hopper, fp16/bf16, 16-byte aligned rows; "ptr" elsewhere), "splitk",
+    or "auto" (default): where TMA applies, both are timed at the first call for a shape and the
+    faster one is kept (tuning.fastest, GPU time as the cells measure it, host launch cost
+    excluded); skinny shapes (splitk_count > 1) add split-K to the race.  "ptr" (loads pipelined
+    with cp.async) is the default, used untimed off the GPU.  The race is close (docs/kernels.md,
+    'Matmul epilogues and back-to-back GEMM')."""
+    policy = settings.current().gemm_impl if policy is None else policy
+    if policy in ("ptr", "splitk"):
+        return policy
     tma = _tma_ok(a, b, c, res)
-    if GEMM_IMPL == "tma":
+    if policy == "tma":
         return "tma" if tma else "ptr"
     skinny = splitk_count(a.shape[0], b.shape[1], a.shape[1]) > 1 and not interpreting()
     return "auto" if tma or skinny else "ptr"
@@ -307,8 +309,10 @@ def _choice_key(a, b, c):
 
 # {problem key: plan}.  A plan is `plan(a, b, bias, residual, out) -> c`: it allocates C (unless
 # `out` is given) and launches, with the implementation, the autotuned config, the grid and every
-# integer argument fixed when the key was first met (gemm_with_plan).
-_PLANS: dict = {}
+# integer argument fixed when the key was first met (gemm_with_plan).  The settings that decide a
+# plan (gemm_impl, fp32_precision) are part of its key, read at each call: a changed setting
+# (settings.refresh) takes the next call to a plan of its own.
+_PLANS = STATE.table("matmul.plans")
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
@@ -316,10 +320,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, res
     """out[M, N] = epilogue(a[M, K] @ b[K, N]) in one kernel; epilogue = + bias[N], + residual[M, N], relu.
 
     `out` may be any strided (M, N) view (the 1x1 convolutions write into an NHWC tensor).
-    A call whose key (launch.signature of the operands, relu, impl and the policy) was met before is one
-    dict lookup, C's allocation and the launch(es).
+    A call whose key (launch.signature of the operands, relu, impl and the settings that decide the
+    plan) was met before is one dict lookup, C's allocation and the launch(es).
     """
-    plan = _PLANS.get((signature(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL))
+    s = settings.current()
+    plan = _PLANS.get((signature(a, b, bias, residual, out), relu, impl, s.gemm_impl, s.fp32_precision,
+                       gu.MULTI_KERNEL))
     if plan is not None:
         return plan(a, b, bias, residual, out)
     return gemm_with_plan(a, b, bias, residual, relu, out, impl)[1]
@@ -334,7 +340,9 @@ def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=No
     so a caller may pass the tensors that its 2-D operands are views of (conv.py's 1x1 path)."""
     assert a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0], (a.shape, b.shape)
     assert a.dtype == b.dtype
-    key = (signature(a, b, bias, residual, out), relu, impl, GEMM_IMPL, gu.MULTI_KERNEL)
+    s = settings.current()
+    policy = s.gemm_impl
+    key = (signature(a, b, bias, residual, out), relu, impl, policy, s.fp32_precision, gu.MULTI_KERNEL)
     M, K = a.shape
     N = b.shape[1]
     # C's allocation in a plan: new_empty_strided with plain tuples, the cheapest from Python
@@ -346,7 +354,7 @@ def gemm_with_plan(a, b, bias=None, residual=None, relu=False, out=None, impl=No
         acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
         acc = acc + (bias.float() if bias is not None else 0) + (residual.float() if residual is not None else 0)
         return None, c.copy_(torch.relu(acc) if relu else acc)
-    impl = impl or gemm_impl_for(a, b, c, residual)
+    impl = impl or gemm_impl_for(a, b, c, residual, policy)
     if impl == "auto":
         kw = dict(bias=bias, residual=residual, relu=relu, out=c)
         candidates = {"ptr": lambda: gemm(a, b, impl="ptr", **kw)}
@@ -478,13 +486,14 @@ def _supports(shape, dtype, device):
 def _describe_gemm(shape, dtype):
     note = precision_note(dtype)
     m, n, k = shape[:3]
-    if GEMM_IMPL == "splitk":
+    policy = settings.current().gemm_impl
+    if policy == "splitk":
         return f"{note}, split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"
-    if GEMM_IMPL == "tma" and dtype != torch.float32 and has_tensor_descriptors():
+    if policy == "tma" and dtype != torch.float32 and has_tensor_descriptors():
         return f"{note}, TMA GEMM + fused epilogue"
     # the case's operands are contiguous: the key the wrapper used
     rec = fastest_record(("gemm", m, n, k, dtype, (k, 1), (n, 1), (n, 1), 0))
-    if rec and GEMM_IMPL == "auto":
+    if rec and policy == "auto":
         times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in rec[1].items()) or "cached from an earlier run"
         what = {"ptr": "tiled GEMM (pointer loads) + fused epilogue", "tma": "TMA GEMM + fused epilogue",
                 "splitk": f"split-K GEMM ({splitk_slices(m, n, k)[1]} slices) + epilogue in the reduction"}

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from fusebench import settings
 from fusebench.cases.base import get_case
 import fusebench.kernels.attention as katt
 from compute_checks import DEVICE, DTYPES, gpu, needs_gpu, run_case, run_twice, spy
@@ -32,14 +33,15 @@ def test_attention_strided_inputs(causal):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("impl", ["ptr", "tma"])
 def test_gpu_attention(dtype, impl, monkeypatch, few_configs):
-    monkeypatch.setattr(katt, "ATTN_IMPL", impl)
+    monkeypatch.setenv("FUSEBENCH_ATTN_IMPL", impl)
+    settings.refresh()
     for shape in [(2, 4, 1000, 64), (1, 2, 300, 128), (1, 2, 2048, 128)]:
         for causal in (0, 1):
             run_case("attention", (*shape, causal), dtype)
 
 
 def test_second_call_takes_the_plan(monkeypatch):
-    monkeypatch.setattr(katt, "_PLANS", {})
+    katt._PLANS.clear()
     builds = spy(monkeypatch, katt, "_first_call")
     tuner = spy(monkeypatch, katt._attn_fwd, "run")
     run_twice("attention", (1, 2, 40, 16, 1), torch.float32)
@@ -52,8 +54,9 @@ def test_second_call_takes_the_plan(monkeypatch):
 @needs_gpu
 @pytest.mark.parametrize("impl", ["ptr", "tma"])
 def test_gpu_attention_plans_on_fresh_tensors(impl, monkeypatch, few_configs):
-    monkeypatch.setattr(katt, "ATTN_IMPL", impl)
-    monkeypatch.setattr(katt, "_PLANS", {})
+    monkeypatch.setenv("FUSEBENCH_ATTN_IMPL", impl)
+    settings.refresh()
+    katt._PLANS.clear()
     for shape in [(2, 4, 1000, 64, 0), (1, 2, 2048, 128, 1)]:
         a, b = run_twice("attention", shape, torch.float16)
         assert not torch.equal(a, b)

@@ -55,7 +55,9 @@ def unequal_blocks(monkeypatch):
     # diagonal then spans two steps of each loop (the interpreter's own config has them equal)
     monkeypatch.setattr(kab._bwd_dkdv, "configs", [kab.Blocks(16, 32, 4, 1).config()])
     monkeypatch.setattr(kab._bwd_dq, "configs", [kab.Blocks(32, 16, 4, 1).config()])
-    monkeypatch.setattr(kab, "_PLANS", {})
+    kab._PLANS.clear()
+    yield
+    kab._PLANS.clear()  # the plans of these configs end with the test
 
 
 @pytest.mark.parametrize("seqlen", [37, 64])
@@ -107,7 +109,7 @@ def test_a_wrong_dv_fails_the_check(monkeypatch):
 
 
 def test_second_call_takes_the_plan(monkeypatch):
-    monkeypatch.setattr(kab, "_PLANS", {})
+    kab._PLANS.clear()
     builds = spy(monkeypatch, kab, "_first_call")
     q, k, v, do = _inputs((1, 2, 20, 16), seed=7)
     first = _grads(kab.attention, q, k, v, do, True)[1]

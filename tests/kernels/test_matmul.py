@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from fusebench import settings
 from fusebench.cases.base import get_case
 from fusebench.kernels import KERNELS
 import fusebench.kernels.b2b as kb2b
@@ -135,7 +136,8 @@ def test_matmul_matmul(shape, dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("impl", ["ptr", "tma", "splitk", "auto"])
 def test_gpu_matmul(dtype, impl, monkeypatch, few_configs):
-    monkeypatch.setattr(kmm, "GEMM_IMPL", impl)
+    monkeypatch.setenv("FUSEBENCH_GEMM_IMPL", impl)
+    settings.refresh()
     for name in ["matmul_add", "matmul_relu", "matmul_add_relu"]:
         run_case(name, (1000, 1000, 1000), dtype)
     run_case("matmul_add_relu", (520, 4096, 4096), dtype)
@@ -155,9 +157,13 @@ def test_gpu_matmul_matmul(dtype, few_configs):
 
 
 @pytest.fixture
-def fresh_plans(monkeypatch):
-    monkeypatch.setattr(kmm, "_PLANS", {})
-    monkeypatch.setattr(kb2b, "_PLANS", {})
+def fresh_plans():
+    # no plans before the test, and none of its (maybe of patched configs) after it
+    for plans in (kmm._PLANS, kb2b._PLANS, kb2b._GRAPHS):
+        plans.clear()
+    yield
+    for plans in (kmm._PLANS, kb2b._PLANS, kb2b._GRAPHS):
+        plans.clear()
 
 
 def _gemm_inputs(m, n, k, seed, offset=0):
@@ -250,7 +256,8 @@ def test_signature():
 @needs_gpu
 @pytest.mark.parametrize("impl", ["ptr", "tma", "splitk", "auto"])
 def test_gpu_plans_on_fresh_tensors(impl, monkeypatch, few_configs, fresh_plans):
-    monkeypatch.setattr(kmm, "GEMM_IMPL", impl)
+    monkeypatch.setenv("FUSEBENCH_GEMM_IMPL", impl)
+    settings.refresh()
     for name, shape in [("matmul_add", (1000, 1000, 1000)), ("matmul_add_relu", (128, 4096, 4000)),
                         ("matmul_relu", (1024, 1024, 1024))]:
         a, b = run_twice(name, shape, torch.float16)
@@ -267,8 +274,6 @@ def test_gpu_plans_on_fresh_tensors(impl, monkeypatch, few_configs, fresh_plans)
 def test_gpu_autotune_configs_compile_together(impl, monkeypatch, tmp_path, few_configs, fresh_plans):
     # triton.autotune's configs compile on the pool before the first is timed, TMA configs (whose
     # pre_hook sets the descriptors' block shapes) included, and none fails there
-    from fusebench import settings
-
     log = tmp_path / "tune.log"
     monkeypatch.setenv("FUSEBENCH_AUTOTUNE_LOG", str(log))
     monkeypatch.setenv("FUSEBENCH_COMPILE_THREADS", "4")
@@ -290,7 +295,7 @@ def test_gpu_autotune_configs_compile_together(impl, monkeypatch, tmp_path, few_
 def test_gpu_b2b_plans_and_graphs(monkeypatch, few_configs, fresh_plans):
     for multi in ("launches", "graph"):
         monkeypatch.setattr(gu, "MULTI_KERNEL", multi)
-        monkeypatch.setattr(kb2b, "_GRAPHS", {})
+        kb2b._GRAPHS.clear()
         for shape in [(4096, 128, 128, 128), (1000, 1024, 512, 256)]:
             a, b = run_twice("matmul_matmul", shape, torch.float16)
             assert not torch.equal(a, b)
