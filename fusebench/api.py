@@ -5,13 +5,15 @@
     df = fusebench.run(["softmax"], shapes=[(256, 256), (1024, 4096)])
 
 It takes what `fusebench run` takes, with the same defaults: the default implementations, the
-default metrics, cells in worker processes.
+default metrics, cells in worker processes.  Both build a RunRequest (runner/request.py); a
+request is checked whole before the store is touched (_check: a new run's plan, or a resumed run's
+missing cells), then measured (_execute).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-import math
 import os
 import socket
 from typing import Callable, Sequence
@@ -25,40 +27,13 @@ from fusebench.measure import reference as ref_workload
 from fusebench.measure.timing import TimingSettings
 from fusebench.metrics import parse_metrics
 from fusebench.runner import interpreter, ray_backend
-from fusebench.runner.modes import check_mode, run_mode
+from fusebench.runner.modes import check_mode
 from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
-from fusebench.runner.scheduler import RETRIED, RunOptions, Scheduler, visible_device
+from fusebench.runner.request import (RunRequest, check_device, check_sizes, check_timeout, names, parse_gpus,
+                                      run_mode, stored_request)
+from fusebench.runner.scheduler import RETRIED, Scheduler, Workers
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
 from fusebench.util import first_line, workers_skip_main
-
-
-def _parse_gpus(gpus: str | Sequence[int] | None) -> list[int] | None:
-    if gpus is None or gpus == "":
-        return None
-    if isinstance(gpus, str):
-        if gpus == "all":
-            import torch
-
-            n = torch.cuda.device_count()
-            if n == 0:
-                raise ValueError("--gpus all: no CUDA GPU is visible")
-            return list(range(n))
-        try:
-            gpus = [int(g) for g in gpus.split(",")]
-        except ValueError:
-            raise ValueError(f"malformed --gpus {gpus!r}: expected 'all' or indices like 0,1") from None
-    for g in gpus:  # indices among the visible GPUs: fail here, not in every worker
-        visible_device(g, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return list(gpus)
-
-
-def _names(value: str | Sequence[str] | None) -> list[str] | None:
-    """'a,b' or ['a', 'b'] -> ['a', 'b']; None or empty -> None."""
-    if value is None:
-        return None
-    items = value.split(",") if isinstance(value, str) else list(value)
-    names = [n.strip() for n in items if n and n.strip()]
-    return names or None
 
 
 def _registered_here(cases: list[str] | None, impls: list[str] | None, plugins: list[str]) -> bool:
@@ -125,88 +100,150 @@ def run(
     `python`: run the workers under that interpreter (another PyTorch and Triton installed there),
     recording its versions (fusebench.runner.interpreter); a resume uses the one its run recorded.
     """
-    cell_timeout = _check_timeout(cell_timeout)
-    gpu_list = _parse_gpus(gpus)
-    path = os.path.abspath(db or default_db_path())
+    request = RunRequest(cases=cases, impls=impls, shapes=shapes, dtype=dtype, device=device, mode=mode,
+                         metrics=metrics, timing=timing, cell_timeout=cell_timeout, isolate=isolate, gpus=gpus,
+                         plugins=tuple(plugins), db=db, resume=resume, retry_failed=retry_failed, ray=ray,
+                         ray_gpu_kind=ray_gpu_kind, python=python)
+    return run_request(request, on_cell, on_plan)
+
+
+def run_request(request: RunRequest, on_cell: Callable[[Cell, dict | None], None] | None = None,
+                on_plan: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Measure `request` (fusebench.run builds one from its keywords, the CLI from its flags); see run().
+    `on_plan(run_id, cells)` is called once the run is stored, `on_cell(cell, row)` as each cell
+    starts (row None) and ends."""
+    return _execute(_check(request), on_cell, on_plan)
+
+
+@dataclasses.dataclass
+class _Checked:
+    """A request checked whole, and what measuring it needs: nothing is stored yet."""
+
+    request: RunRequest  # every field in its resolved form
+    stored: dict  # the request as the run stores it (a resume: the run's own record)
+    todo: list[Cell]
+    plugins: list[dict]  # the plugin files' records (path, sha256)
+    store: Store  # opened for writing
+    cluster: ray_backend.Cluster | None = None  # connected where the cells run on Ray actors
+    interp: interpreter.Interpreter | None = None  # the workers' interpreter (--python)
+    seen: dict | None = None  # a resume: the run's row as read when checking it
+    skipped: dict = dataclasses.field(default_factory=dict)  # implementations a default run leaves out
+
+
+def _check(request: RunRequest) -> _Checked:
+    """Check the request's options, then its plan (a new run) or the run it resumes; connect to
+    Ray and open the store only once everything holds.  Raises ValueError, PluginError or
+    StoreError with one line; a refused request stores nothing."""
+    cell_timeout = check_timeout(request.cell_timeout)
+    gpu_list = parse_gpus(request.gpus)
+    path = os.path.abspath(request.db or default_db_path())
     check_writable(path)  # a store that cannot take the run is refused before anything runs
-    records = [plugin_record(p) for p in plugins]
-    cases, impls = _names(cases), _names(impls)
-    seen, cluster = None, None
-    skipped: dict[str, str] = {}
+    records = [plugin_record(p) for p in request.plugins]
+    request = dataclasses.replace(request, cases=names(request.cases), impls=names(request.impls),
+                                  cell_timeout=cell_timeout, gpus=gpu_list, db=path,
+                                  plugins=tuple(r["path"] for r in records))
+    cluster = None
     try:  # a Ray cluster connected while the request is checked is released on any refusal
-        if resume is None:  # validate the whole request before the store is touched
-            if retry_failed:
-                raise ValueError("--retry-failed applies to --resume")
-            mode = check_mode(mode)
-            for r in records:
-                load_plugin(r["path"], r["sha256"])
-            if ray is None:
-                device = _check_device(device or best_device())
-            else:  # connect before the store is touched: a cluster that cannot serve the run stores nothing
-                cluster = ray_backend.open_cluster(ray, ray_gpu_kind, device, gpus)
-                device = cluster.device
-            metric_names = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
-            shapes = shape_spec_text(shapes)
-            timing = timing or TimingSettings.for_shapes(shapes)
-            if not any(s.strip() for s in shapes.split(",")):
-                raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
-            todo = plan_cells(cases, impls, shapes, dtype, device, mode)
-            if not todo:
-                raise ValueError("the request selects no cells")
-            _check_sizes(todo)
-            skipped = not_planned(device, cases) if not impls else {}
-            request = dict(cases=cases, impls=impls, shapes=shapes, dtype=dtype, device=device, plugins=records,
-                           metrics=list(metric_names), mode=mode)
+        if request.resume is None:  # validate the whole request before the store is touched
+            request, stored, todo, skipped, cluster = _check_new(request, records)
+            seen = None
         else:
-            with Store.open(path, create=False) as ro:  # read-only until every check has passed
-                seen = ro.run_info(resume)
-                request = _stored_request(seen)
-                _check_plugins(resume, request.get("plugins") or [], records)
-                live = owner_alive(seen)
-                if live:
-                    raise StoreError(f"{live}; not resuming")
-                for r in records:  # the user's own files, checked against the record
-                    load_plugin(r["path"], r["sha256"])
-                todo, timing, metric_names = _resume_plan(ro, resume, timing, RETRIED if retry_failed else ())
-        if ray is not None and cluster is None:  # a resume: the run's own device
-            cluster = ray_backend.open_cluster(ray, ray_gpu_kind, request.get("device"), gpus)
+            request, stored, todo, seen = _check_resume(request, records)
+            skipped = {}
+        if request.ray is not None and cluster is None:  # a resume: the run's own device
+            cluster = ray_backend.open_cluster(request.ray, request.ray_gpu_kind, stored.get("device"), request.gpus)
+        isolate = request.isolate
         if isolate is None:
-            isolate = not _registered_here(cases, impls, [r["path"] for r in records])
-        interp = interpreter.for_run(python, request, seen, isolate=isolate, ray=ray)
-        run_device = (cluster.device if cluster else None) or device or request.get("device") or "cpu"
-        timing = _fixed_threads(timing, run_device)
+            isolate = not _registered_here(request.cases, request.impls, list(request.plugins))
+        interp = interpreter.for_run(request.python, stored, seen, isolate=isolate, ray=request.ray)
+        run_device = (cluster.device if cluster else None) or request.device or stored.get("device") or "cpu"
+        request = dataclasses.replace(request, isolate=isolate, timing=_fixed_threads(request.timing, run_device))
         store = Store.open(path)
     except BaseException:
         ray_backend.disconnect(cluster)
         raise
+    return _Checked(request, stored, todo, records, store, cluster, interp, seen, skipped)
+
+
+def _check_new(request: RunRequest, records: list[dict]):
+    """A new run's request: (the request resolved, its stored form, its cells, the implementations
+    a default run leaves out, the Ray cluster where it runs on one)."""
+    if request.retry_failed:
+        raise ValueError("--retry-failed applies to --resume")
+    mode = check_mode(request.mode)
+    for r in records:
+        load_plugin(r["path"], r["sha256"])
+    cluster = None
+    if request.ray is None:
+        device = check_device(request.device or best_device())
+    else:  # connect before the store is touched: a cluster that cannot serve the run stores nothing
+        cluster = ray_backend.open_cluster(request.ray, request.ray_gpu_kind, request.device, request.gpus)
+        device = cluster.device
     try:
-        if resume is None:
-            env = ray_backend.run_env(device) if cluster else interp.env if interp else collect(device)
-            run_id = store.start_run(env, request, timing.as_dict())
+        metrics = request.metrics
+        metrics = parse_metrics(metrics) if isinstance(metrics, str) or metrics is None else tuple(metrics)
+        shapes = shape_spec_text(request.shapes)
+        if not any(s.strip() for s in shapes.split(",")):
+            raise ValueError(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
+        request = dataclasses.replace(request, mode=mode, device=device, metrics=metrics, shapes=shapes,
+                                      timing=request.timing or TimingSettings.for_shapes(shapes))
+        todo = plan_cells(request.cases, request.impls, shapes, request.dtype, device, mode)
+        if not todo:
+            raise ValueError("the request selects no cells")
+        check_sizes(todo)
+    except BaseException:
+        ray_backend.disconnect(cluster)
+        raise
+    skipped = not_planned(device, request.cases) if not request.impls else {}
+    return request, request.stored(records), todo, skipped, cluster
+
+
+def _check_resume(request: RunRequest, records: list[dict]):
+    """A resumed run: (the request with the run's timing and metrics, the run's stored request, the
+    cells it is missing, its row as read).  The store is read only."""
+    with Store.open(request.db, create=False) as ro:  # read-only until every check has passed
+        seen = ro.run_info(request.resume)
+        stored = stored_request(seen)
+        _check_plugins(request.resume, stored.get("plugins") or [], records)
+        live = owner_alive(seen)
+        if live:
+            raise StoreError(f"{live}; not resuming")
+        for r in records:  # the user's own files, checked against the record
+            load_plugin(r["path"], r["sha256"])
+        todo, timing, metrics = _resume_plan(ro, request.resume, request.timing,
+                                             RETRIED if request.retry_failed else ())
+    return dataclasses.replace(request, timing=timing, metrics=metrics), stored, todo, seen
+
+
+def _execute(checked: _Checked, on_cell, on_plan) -> pd.DataFrame:
+    """Store the run (or claim the resumed one), measure its cells, and return its rows."""
+    request, store, cluster = checked.request, checked.store, checked.cluster
+    try:
+        if request.resume is None:
+            device = request.device
+            env = ray_backend.run_env(device) if cluster else checked.interp.env if checked.interp else collect(device)
+            run_id = store.start_run(env, checked.stored, request.timing.as_dict())
         else:
-            run_id = resume
-            store.claim_run(run_id, seen)
+            run_id = request.resume
+            store.claim_run(run_id, checked.seen)
         if on_plan:
-            on_plan(run_id, len(todo))
-        opts = RunOptions(timing=timing, isolate=isolate, cell_timeout=cell_timeout, gpus=gpu_list,
-                          plugins=[r["path"] for r in records], plugin_hashes={r["path"]: r["sha256"] for r in records},
-                          metrics=metric_names, db_path=store.path,
-                          worker_log=store.path + ".log" if isolate else None, interpreter=interp)
+            on_plan(run_id, len(checked.todo))
+        workers = Workers(plugin_hashes={r["path"]: r["sha256"] for r in checked.plugins}, interpreter=checked.interp)
         status = "interrupted"
         try:
-            watcher = _RunWatch(store, run_id, request.get("device") or device, timing, cluster)
+            watcher = _RunWatch(store, run_id, checked.stored.get("device") or request.device, request.timing, cluster)
             watcher.sample("start")
             with Heartbeat(store.path, run_id), workers_skip_main(), _threads_kept():
                 if cluster:
-                    ray_backend.RayScheduler(store, run_id, opts, cluster, on_cell).run(todo)
+                    ray_backend.RayScheduler(store, run_id, request, cluster, on_cell).run(checked.todo)
                 else:
-                    Scheduler(store, run_id, opts, on_cell).run(todo)
+                    Scheduler(store, run_id, request, on_cell, workers).run(checked.todo)
                 watcher.sample("end")
             status = "done"
         finally:
             store.finish_run(run_id, status)
         df = _with_run(store, run_id)
-        df.attrs.update(not_planned=skipped, mode=run_mode(request))
+        df.attrs.update(not_planned=checked.skipped, mode=run_mode(checked.stored))
         return df
     finally:
         store.close()
@@ -280,45 +317,6 @@ def _with_run(store: Store, run_id: int) -> pd.DataFrame:
     return df
 
 
-def _check_timeout(seconds) -> float:
-    try:
-        value = float(seconds)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"--cell-timeout {seconds!r}: must be a positive number of seconds")
-    return value
-
-
-INT64 = 2**63
-
-
-def _check_sizes(cells: list[Cell]) -> None:
-    """Every size the store holds for a cell (dimensions, minimum bytes, FLOPs) fits in 64 bits."""
-    import torch
-
-    from fusebench.cases import DTYPES, get_case, shape_str
-
-    for cell in cells:
-        case = get_case(cell.case)
-        values = list(cell.shape)
-        for dt in {DTYPES[cell.dtype], torch.float32}:  # on the CPU half precision runs as fp32
-            values += [case.min_bytes(tuple(cell.shape), dt), case.flops(tuple(cell.shape), dt)]
-        if any(v is not None and abs(int(v)) >= INT64 for v in values):
-            raise ValueError(f"shape {shape_str(cell.shape)} of {cell.case} is too large: its sizes, bytes and FLOPs "
-                             f"must fit in 64 bits")
-
-
-def _stored_request(info: dict) -> dict:
-    try:
-        request = json.loads(info["request"] or "{}")
-    except (TypeError, ValueError):
-        request = None
-    if not isinstance(request, dict) or not isinstance(request.get("plugins") or [], list):
-        raise StoreError(f"run {info['id']}'s stored request is unreadable; it cannot be resumed")
-    return request
-
-
 def _check_plugins(run_id: int, recorded: list, given: list[dict]) -> None:
     """The plugins given to a resume must be exactly the ones run `run_id` recorded: the same
     absolute paths with the same content (sha256).  A record without a hash (a run stored before
@@ -344,23 +342,12 @@ def _check_plugins(run_id: int, recorded: list, given: list[dict]) -> None:
         raise ValueError(f"plugin {extra[0]} is not one run {run_id} was measured with; not resuming")
 
 
-def _check_device(device: str) -> str:
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ValueError(f"unknown device {device!r}; choose cpu or cuda")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda: no CUDA GPU is visible")
-    return device
-
-
 def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, redo: tuple[str, ...] = ()):
     """The cells a stored run is missing (and those whose status is in `redo`), with the run's own
     timing settings and metrics.  Writes nothing; the run's cases must be registered (built-in,
     or from the plugins the caller checked and loaded)."""
     info = store.run_info(run_id)
-    request = _stored_request(info)
+    request = stored_request(info)
     try:
         cells = plan_cells(request.get("cases"), request.get("impls"), request.get("shapes", "quick"),
                            request.get("dtype"), request["device"], run_mode(request))

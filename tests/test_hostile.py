@@ -279,7 +279,8 @@ def _run_scheduler(tmp_path, **opts):
     from fusebench.cases import plugin_record
     from fusebench.measure.timing import TimingSettings
     from fusebench.runner.plan import Cell
-    from fusebench.runner.scheduler import RunOptions, Scheduler
+    from fusebench.runner.request import RunRequest
+    from fusebench.runner.scheduler import Scheduler, Workers
     from fusebench.store import Store
 
     state = tmp_path / f"state{len(opts)}"
@@ -290,9 +291,10 @@ def _run_scheduler(tmp_path, **opts):
         with Store.open(str(tmp_path / "fb.db")) as store:
             run = store.start_run({"device": "cpu"}, {}, {})
             todo = [Cell("records_pid", "eager", shape, "fp32", "cpu") for shape in ((8, 8), (8, 16))]
-            Scheduler(store, run, RunOptions(timing=TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3),
-                                             cell_timeout=60, plugins=[rec["path"]],
-                                             plugin_hashes={rec["path"]: rec["sha256"]}, **opts)).run(todo)
+            request = RunRequest(timing=TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3), metrics=(),
+                                 cell_timeout=60, isolate=True, plugins=(rec["path"],))
+            workers = Workers(plugin_hashes={rec["path"]: rec["sha256"]}, **opts)
+            Scheduler(store, run, request, workers=workers).run(todo)
             assert list(store.cells(run).status) == ["ok", "ok"]
     finally:
         del os.environ["FB_FAULT_DIR"]
@@ -301,11 +303,11 @@ def _run_scheduler(tmp_path, **opts):
 
 @pytest.mark.slow
 def test_a_worker_is_replaced_when_its_memory_grows_past_the_limit(tmp_path):
-    from fusebench.runner.scheduler import RunOptions
+    from fusebench.runner.scheduler import Workers
 
-    assert RunOptions().worker_rss_limit > 0  # a default: half of this machine's memory
+    assert Workers().rss_limit > 0  # a default: half of this machine's memory
     assert len(_run_scheduler(tmp_path)) == 1  # both cells measured by one worker (seeds repeat the call)
-    assert len(_run_scheduler(tmp_path, worker_rss_limit=1)) == 2  # replaced after the first cell
+    assert len(_run_scheduler(tmp_path, rss_limit=1)) == 2  # replaced after the first cell
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,10 +77,10 @@ def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, si
     """The request, checked whole (see the module docstring), and the plugin files' records (path
     and sha256).  Raises ValueError (UnknownName, ModelError, PluginError are ValueErrors) or
     FileNotFoundError with one line; writes nothing."""
-    from fusebench.api import _check_device
     from fusebench.audit import models
     from fusebench.cases import DTYPE_NAMES, load_plugin, parse_dtype, plugin_record
     from fusebench.env import best_device
+    from fusebench.runner.request import check_device
 
     if not isinstance(model, str) or not model.strip():
         raise ValueError("give the model to audit (`fusebench audit --list` lists them)")
@@ -90,7 +90,7 @@ def check_request(model: str, *, mode: str = "fwd", dtype: str | None = None, si
     for m in modes:
         if m not in COMPILE_MODES:
             raise ValueError(f"unknown compile mode {m!r}; choose from {', '.join(COMPILE_MODES)}")
-    device = _check_device(device or best_device())
+    device = check_device(device or best_device())
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"--timeout {timeout_s!r}: must be a positive number of seconds")
     records = [plugin_record(p) for p in ([plugins] if isinstance(plugins, str) else plugins)]

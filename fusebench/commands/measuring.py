@@ -132,10 +132,11 @@ def run(
                                          "too): the run records its versions.  A resume uses the run's own."),
 ):
     """Measure cases x implementations x shapes, store every cell, print a summary."""
-    import fusebench
+    from fusebench.api import run_request
     from fusebench.commands.run_support import RunProgress, resume_hint
     from fusebench.metrics import parse_metrics
     from fusebench.runner.ray_backend import ActorStartError
+    from fusebench.runner.request import RunRequest
 
     metric_names = parse_metrics(metrics) + (("ncu",) if ncu and "ncu" not in parse_metrics(metrics) else ())
     check_baseline(baseline)
@@ -162,20 +163,21 @@ def run(
             fail("--dry-run plans a new run; give the request (cases, --impl, --shapes ...) without --resume")
         if not (math.isfinite(cell_timeout) and cell_timeout > 0):
             fail(f"--cell-timeout {cell_timeout:g}: must be a positive number of seconds")
-        return _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray)
     timing = None if resume is not None else TimingSettings.for_shapes(
         shapes, flush_mode=flush, **({} if warm_call else {"warm_call_max_bytes": 0}))
+    request = RunRequest(cases=cases or None, impls=comma_list(impl), shapes=shapes, dtype=dtype, device=device,
+                         mode=mode, metrics=metric_names, timing=timing, cell_timeout=cell_timeout, isolate=isolate,
+                         gpus=gpus, plugins=tuple(plugin or ()), db=db, resume=resume, retry_failed=retry_failed,
+                         ray=ray, ray_gpu_kind=ray_gpu_kind, python=python)
+    if dry_run:
+        return _dry_run(request)
     progress = RunProgress(err, resume=resume is not None)
 
     # SIGTERM stops like Ctrl-C: the cell in flight is dropped, everything finished is stored.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         try:
-            df = fusebench.run(cases or None, impls=comma_list(impl), shapes=shapes, dtype=dtype, device=device, db=db,
-                               plugins=plugin or [], isolate=isolate, cell_timeout=cell_timeout, gpus=gpus,
-                               resume=resume, on_cell=progress.cell, on_plan=progress.plan, metrics=metric_names,
-                               timing=timing, retry_failed=retry_failed, ray=ray, ray_gpu_kind=ray_gpu_kind,
-                               mode=mode, python=python)
+            df = run_request(request, on_cell=progress.cell, on_plan=progress.plan)
         finally:
             progress.stop()
     except (KeyboardInterrupt, ActorStartError) as exc:
@@ -186,7 +188,7 @@ def run(
         else:
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"fusebench: error: {exc}"
             err.print(f"{why}; run {rid}'s finished cells are stored; complete it with "
-                      f"`{resume_hint(rid, db, plugin, ray)}`", highlight=False, markup=False, soft_wrap=True)
+                      f"`{resume_hint(rid, request)}`", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
     from fusebench.summary import print_summary
 
@@ -217,34 +219,34 @@ def _check_request(impl, dtype, gpus, ray, device) -> None:
             fail("--gpus '' names no GPU: give all or indices such as 0,1")
         import torch
 
-        from fusebench.api import _parse_gpus
+        from fusebench.runner.request import parse_gpus
 
-        _parse_gpus(gpus)  # the form, and indices among CUDA_VISIBLE_DEVICES
+        parse_gpus(gpus)  # the form, and indices among CUDA_VISIBLE_DEVICES
         if device != "cpu" and not torch.cuda.is_available():
             fail(f"--gpus {gpus}: no CUDA GPU is visible here (without --gpus a run uses the CPU)")
 
 
-def _dry_run(cases, impl, shapes, dtype, device, db, plugin, mode, ray) -> None:
+def _dry_run(request) -> None:
     """`run --dry-run`: the plan and an estimate; plugins are imported, nothing is measured or stored."""
-    from fusebench.api import _check_sizes
     from fusebench.cases import load_plugin, plugin_record
     from fusebench.commands.run_support import dry_run
     from fusebench.env import best_device
     from fusebench.runner.modes import check_mode
     from fusebench.runner.plan import plan_cells
+    from fusebench.runner.request import check_sizes
     from fusebench.store import default_db_path
 
-    for path in plugin or []:
+    for path in request.plugins:
         record = plugin_record(path)
         load_plugin(record["path"], record["sha256"])
-    device = check_device(device or best_device())
-    if not any(s.strip() for s in shapes.split(",")):
-        fail(f"--shapes {shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
-    todo = plan_cells(cases or None, comma_list(impl), shapes, dtype, device, check_mode(mode))
+    device = check_device(request.device or best_device())
+    if not any(s.strip() for s in request.shapes.split(",")):
+        fail(f"--shapes {request.shapes!r} names no shape: give quick, grid or e.g. 4096x4096")
+    todo = plan_cells(request.cases, request.impls, request.shapes, request.dtype, device, check_mode(request.mode))
     if not todo:
         fail("the request selects no cells")
-    _check_sizes(todo)
-    dry_run(out, todo, device, os.path.abspath(db or default_db_path()), ray)
+    check_sizes(todo)
+    dry_run(out, todo, device, os.path.abspath(request.db or default_db_path()), request.ray)
 
 
 @bad_input_is_exit_2

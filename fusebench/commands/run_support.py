@@ -83,15 +83,15 @@ class RunProgress:
             self.bar.stop()
 
 
-def resume_hint(run_id: int, db: str | None, plugins, ray: str | None) -> str:
-    """The command that completes run `run_id`."""
+def resume_hint(run_id: int, request) -> str:
+    """The command that completes run `run_id` of `request` (a RunRequest, as the CLI built it)."""
     words = ["fusebench", "run", "--resume", str(run_id)]
-    if db:
-        words += ["--db", db]
-    for p in plugins or []:
+    if request.db:
+        words += ["--db", request.db]
+    for p in request.plugins:
         words += ["--plugin", p]
-    if ray is not None:
-        words += ["--ray", ray] if ray != "local" else ["--ray"]
+    if request.ray is not None:
+        words += ["--ray", request.ray] if request.ray != "local" else ["--ray"]
     return " ".join(words)
 
 

@@ -84,7 +84,7 @@ def compare_runs(store_a, run_a: int, store_b, run_b: int, baseline: str = "eage
                  min_change_pct: float = MIN_CHANGE_PCT, normalize: bool = True) -> CompareResult:
     """Match the cells of run B against run A's (the two may share one store) and judge them."""
     info_a, info_b = store_a.run_info(run_a), store_b.run_info(run_b)
-    from fusebench.runner.modes import mode_of_run
+    from fusebench.runner.request import mode_of_run
 
     mode_a, mode_b = mode_of_run(info_a), mode_of_run(info_b)
     if mode_a != mode_b:  # a backward's time is no regression of a forward's

@@ -90,7 +90,8 @@ def render_report(store, run_id: int | list[int] | None, out_path: str,
     sections = [case_section(name, cells[cells["case_name"] == name], layouts.get(name), pairs, baseline)
                 for name in case_order(cells["case_name"])]
     label = f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {info['id']}"
-    from fusebench.runner.modes import mode_label, mode_of_run
+    from fusebench.runner.modes import mode_label
+    from fusebench.runner.request import mode_of_run
 
     label += mode_label(mode_of_run(info))
     html = render_template(

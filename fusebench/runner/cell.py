@@ -22,7 +22,8 @@ from fusebench.measure.load import apply_threads, watch
 from fusebench.measure.phases import Phases
 from fusebench.measure.timing import TimingSettings, time_call, wall_reps, wall_time, warm_call_for
 from fusebench.metrics import MetricContext, get_metric
-from fusebench.runner.modes import ModeCall, applies_in, case_in_mode, retained_graph_context
+from fusebench.runner.mode_call import ModeCall, retained_graph_context
+from fusebench.runner.modes import applies_in, case_in_mode
 from fusebench.runner.plan import Cell, cpu_dtype
 from fusebench.runner.worker_state import CellData, WorkerState
 from fusebench.store import now

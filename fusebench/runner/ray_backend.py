@@ -35,7 +35,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from fusebench.runner.plan import Cell
-from fusebench.runner.scheduler import STICKY_CUDA_ERRORS, RunOptions, Scheduler
+from fusebench.runner.request import RunRequest
+from fusebench.runner.scheduler import STICKY_CUDA_ERRORS, Scheduler
 from fusebench.util import first_line
 
 RAY_MISSING = '--ray needs Ray: pip install "fusebench[ray]"'
@@ -228,7 +229,7 @@ def _warm_up(device: str, state) -> None:
 class CellActor:
     """Measures cells on one GPU (Ray sets CUDA_VISIBLE_DEVICES to it) or one CPU slot."""
 
-    def __init__(self, plugins: list[tuple[str, str, str]], opts: RunOptions, device: str):
+    def __init__(self, plugins: list[tuple[str, str, str]], request: RunRequest, device: str):
         import socket
         import tempfile
         import warnings
@@ -250,9 +251,9 @@ class CellActor:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
             load_plugin(path)
-        self.opts = opts
+        self.request = request
         # The store's ceilings (for the roofline metric) are read where the store is: on its host.
-        self.db_path = opts.db_path if opts.db_path and os.path.exists(opts.db_path) else None
+        self.db_path = request.db if request.db and os.path.exists(request.db) else None
         env = collect(device)
         gpu_ids = ray.get_gpu_ids()
         self.where = dict(hostname=socket.gethostname(), device_name=env.get("device_name"),
@@ -270,8 +271,8 @@ class CellActor:
     def measure(self, cell: dict) -> dict:
         from fusebench.runner.cell import measure_cell
 
-        o = self.opts
-        row = measure_cell(Cell(**cell), o.timing, o.seeds, o.metrics, self.db_path, state=self.state)
+        row = measure_cell(Cell(**cell), self.request.timing, metrics=self.request.metrics, db_path=self.db_path,
+                           state=self.state)
         row.update(self.where)
         return row
 
@@ -296,8 +297,8 @@ class _Slot:
 class RayScheduler(Scheduler):
     """Scheduler's recording (store, counts, progress) with Ray actors as the workers."""
 
-    def __init__(self, store, run_id, opts: RunOptions, cluster: Cluster, on_cell=None):
-        super().__init__(store, run_id, opts, on_cell)
+    def __init__(self, store, run_id, request: RunRequest, cluster: Cluster, on_cell=None):
+        super().__init__(store, run_id, request, on_cell)
         self.cluster = cluster
         self.requeued: set[tuple] = set()  # cells already queued again once after a node loss
         self._remote = None  # CellActor as a Ray actor class
@@ -316,14 +317,14 @@ class RayScheduler(Scheduler):
             options.update(num_cpus=1)
         if self._remote is None:
             self._remote = ray.remote(CellActor)
-        actor = self._remote.options(**options).remote(plugins, self.opts, self.cluster.device)
+        actor = self._remote.options(**options).remote(plugins, self.request, self.cluster.device)
         return _Slot(actor, actor.ready.remote())
 
     def run(self, cells: list[Cell]) -> None:
         import ray
 
         groups = self._groups(cells)
-        plugins = plugin_payload(self.opts.plugins)
+        plugins = plugin_payload(list(self.request.plugins))
         slots = [self._new_actor(plugins) for _ in range(min(self.cluster.actors, max(len(groups), 1)))]
         limit = start_limit_s()
         try:
@@ -375,7 +376,7 @@ class RayScheduler(Scheduler):
                 owner[s.ref] = s
         if not owner:
             return
-        timeout = self.opts.cell_timeout
+        timeout = self.request.cell_timeout
         deadlines = [s.since + timeout - time.time() for s in slots if s.ref is not None]
         done, rest = ray.wait(list(owner), num_returns=1, timeout=max(0.0, min([0.5, *deadlines])))
         if done and rest:  # whatever else has finished too

@@ -37,10 +37,10 @@ from typing import Callable
 
 from fusebench.cases import shape_str
 from fusebench.env import git_commit
-from fusebench.measure.timing import TimingSettings
 from fusebench.runner import proctree
 from fusebench.runner.interpreter import spawning_under
 from fusebench.runner.plan import Cell
+from fusebench.runner.request import RunRequest
 from fusebench.store import Store, now
 from fusebench.util import first_line
 
@@ -67,21 +67,20 @@ def default_rss_limit() -> int | None:
 
 
 @dataclass
-class RunOptions:
-    timing: TimingSettings = field(default_factory=TimingSettings)
-    isolate: bool = True
-    cell_timeout: float = 900.0  # seconds; compiling with max-autotune can take minutes
-    gpus: list[int] | None = None  # None: one worker on the default device
-    plugins: list[str] = field(default_factory=list)
+class Workers:
+    """How the worker processes run, beyond what the request says (its timing, metrics, plugins,
+    store, GPUs and time limit: runner/request.py)."""
+
     plugin_hashes: dict[str, str] = field(default_factory=dict)  # path -> sha256 the worker checks
-    seeds: tuple[int, ...] = (0, 1, 2)
-    metrics: tuple[str, ...] = ()  # metric families beyond time and accuracy (fusebench/metrics/)
-    db_path: str | None = None
-    worker_log: str | None = None  # workers' stdout and stderr go here, not over the progress bar
-    # bytes of resident memory after which a worker is replaced (None: half of the machine's memory)
-    worker_rss_limit: int | None = field(default_factory=default_rss_limit)
+    # bytes of resident memory after which a worker is replaced (None: never)
+    rss_limit: int | None = field(default_factory=default_rss_limit)
     # runner/interpreter.Interpreter: workers run under that Python (fusebench run --python); None: this one
     interpreter: object | None = None
+
+
+def worker_log(request: RunRequest) -> str | None:
+    """Where workers' stdout and stderr go (beside the store), not over the progress bar."""
+    return request.db + ".log" if request.db else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +135,8 @@ def _die_with_parent(parent_pid: int) -> None:
         _kill_own_group()
 
 
-def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid: int, token: str = "") -> None:
+def _worker_main(conn: Connection, gpu: int | None, request: RunRequest, workers: Workers, parent_pid: int,
+                 token: str = "") -> None:
     os.setsid()  # its own process group, killed whole on timeout, crash or replacement
     if token:  # inherited by everything it starts: found and killed with it (proctree)
         os.environ[proctree.TOKEN_VAR] = token
@@ -145,8 +145,8 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
     if gpu is not None:  # before CUDA is initialised
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    if opts.worker_log:
-        log = os.open(opts.worker_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if worker_log(request):
+        log = os.open(worker_log(request), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
     # Compiler advice (e.g. "online softmax disabled") would scroll the progress bar away.
@@ -157,8 +157,8 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
         from fusebench.runner.worker_state import WorkerState
 
         state = WorkerState(freeze=True)  # the process is fusebench's own: survivors of a cell are frozen
-        for path in opts.plugins:
-            load_plugin(path, opts.plugin_hashes.get(path))
+        for path in request.plugins:
+            load_plugin(path, workers.plugin_hashes.get(path))
     except (Exception, SystemExit) as exc:
         conn.send(("failed", first_line(exc)))
         return
@@ -170,7 +170,7 @@ def _worker_main(conn: Connection, gpu: int | None, opts: RunOptions, parent_pid
             return  # the parent is gone
         if msg is None:
             return
-        row = measure_cell(Cell(**msg), opts.timing, opts.seeds, opts.metrics, opts.db_path, state=state)
+        row = measure_cell(Cell(**msg), request.timing, metrics=request.metrics, db_path=request.db, state=state)
         conn.send(("done", (row, _rss_bytes())))
         if _sticky(row):
             os._exit(3)  # the CUDA context is unusable: let the parent start a fresh worker
@@ -216,9 +216,12 @@ def _kill(w: _Worker, grace: float = 0.0) -> None:
 
 
 class Scheduler:
-    def __init__(self, store: Store, run_id: int, opts: RunOptions,
-                 on_cell: Callable[[Cell, dict | None], None] | None = None):
-        self.store, self.run_id, self.opts = store, run_id, opts
+    """Measures a checked request's cells (fusebench.api) and stores each as it finishes."""
+
+    def __init__(self, store: Store, run_id: int, request: RunRequest,
+                 on_cell: Callable[[Cell, dict | None], None] | None = None, workers: Workers | None = None):
+        self.store, self.run_id, self.request = store, run_id, request
+        self.workers = workers or Workers()
         self.commit = git_commit()  # the code this scheduler's workers run, stored with every cell
         self.on_cell = on_cell or (lambda cell, row: None)
         self.counts: Counter = Counter()
@@ -241,7 +244,7 @@ class Scheduler:
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, cells: list[Cell]) -> None:
-        if not self.opts.isolate:
+        if not self.request.isolate:
             return self._run_inline(cells)
         return self._run_isolated(cells)
 
@@ -253,8 +256,8 @@ class Scheduler:
         try:
             for cell in cells:
                 self.on_cell(cell, None)
-                self._record(cell, measure_cell(cell, self.opts.timing, self.opts.seeds, self.opts.metrics,
-                                                self.opts.db_path, state=state))
+                self._record(cell, measure_cell(cell, self.request.timing, metrics=self.request.metrics,
+                                                db_path=self.request.db, state=state))
         finally:  # the caller's process keeps no inputs or references of the run
             state.data.clear()
 
@@ -262,8 +265,9 @@ class Scheduler:
         ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         parent, child = ctx.Pipe()
         token = proctree.new_token()
-        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.opts, os.getpid(), token), daemon=True)
-        with spawning_under(self.opts.interpreter):
+        proc = ctx.Process(target=_worker_main, args=(child, gpu, self.request, self.workers, os.getpid(), token),
+                           daemon=True)
+        with spawning_under(self.workers.interpreter):
             proc.start()
         child.close()
         return _Worker(gpu, proc, parent, token=token, spawned=time.time(), failures=failures)
@@ -306,7 +310,7 @@ class Scheduler:
         groups = self._groups(cells)
         if not groups:
             return
-        gpus = self.opts.gpus if self.opts.gpus else [None]
+        gpus = self.request.gpus if self.request.gpus else [None]
         workers = [self._spawn(g) for g in gpus[:len(groups)] or gpus[:1]]
         try:
             while True:
@@ -345,7 +349,7 @@ class Scheduler:
             w.cell = None
 
     def _wait(self, workers: list[_Worker], groups: deque) -> None:
-        timeout = self.opts.cell_timeout
+        timeout = self.request.cell_timeout
         ready = wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
         for w in list(workers):
             if w not in workers:
@@ -370,7 +374,7 @@ class Scheduler:
                     # Sending the cell, the worker picking it up, pickling the row both ways.
                     phases = row.setdefault("phase_s", {})
                     phases["handoff"] = round(max(0.0, time.time() - w.since - row.get("seconds", 0.0)), 4)
-                    limit = self.opts.worker_rss_limit
+                    limit = self.workers.rss_limit
                     if row["status"] == "oom" or (limit and rss and rss > limit):
                         self._record(cell, row)
                         self._replace(workers, w, grace=2.0)  # whatever it leaked goes with it

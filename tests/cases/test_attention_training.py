@@ -11,7 +11,7 @@ from fusebench.cases.mix import attention
 from fusebench.impls.user import UserImplementation
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
-from fusebench.runner.modes import ModeCall
+from fusebench.runner.mode_call import ModeCall
 from fusebench.runner.plan import Cell
 
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3)

@@ -257,7 +257,7 @@ def test_liger_training_adapters(monkeypatch):
     (logits, t), fn, out, ref = run_adapter("liger", "cross_entropy", (8, 16))
     assert calls[-1][1] is logits and calls[-1][2] is t and not calls[-1][3] and not calls[-1][4]
     assert torch.equal(out, ref)
-    from fusebench.runner.modes import ModeCall
+    from fusebench.runner.mode_call import ModeCall
 
     leaf = logits.clone().requires_grad_(True)
     (loss, (grad,)) = ModeCall(fn, get_case("cross_entropy"), "fwd_bwd")(leaf, t)

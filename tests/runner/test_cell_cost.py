@@ -163,7 +163,8 @@ def test_free_memory_collects_only_new_garbage_unless_full(monkeypatch):
 def _one_worker_scheduler(db, events):
     from multiprocessing import Pipe
 
-    from fusebench.runner.scheduler import RunOptions, Scheduler, _Worker
+    from fusebench.runner.request import RunRequest
+    from fusebench.runner.scheduler import Scheduler, _Worker
     from fusebench.store import Store
 
     parent, child = Pipe()
@@ -181,7 +182,7 @@ def _one_worker_scheduler(db, events):
 
     store = Store.open(db)
     run_id = store.start_run({"device": "cpu", "device_name": "test"}, {}, {})
-    sched = Scheduler(store, run_id, RunOptions(),
+    sched = Scheduler(store, run_id, RunRequest(isolate=True),
                       on_cell=lambda c, r: events.append(("stored" if r else "sent", c.impl)))
     cells = [Cell("softmax", "eager", (8, 8), "fp32", "cpu"), Cell("softmax", "inductor", (8, 8), "fp32", "cpu")]
     groups = sched._groups(cells)

@@ -9,7 +9,8 @@ from fusebench.impls import base as impl_base
 from fusebench.impls.user import UserImplementation
 from fusebench.measure.timing import TimingSettings
 from fusebench.runner.cell import measure_cell
-from fusebench.runner.modes import ModeCall, case_in_mode, check_mode
+from fusebench.runner.mode_call import ModeCall
+from fusebench.runner.modes import case_in_mode, check_mode
 from fusebench.runner.plan import Cell, plan_cells
 
 FAST = TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=5)
@@ -91,7 +92,7 @@ def test_gradients_are_checked_against_float64_autograd():
     torch.testing.assert_close(out, ref_out)
     a, b = (x.detach().requires_grad_() for x in args)
     y = torch.nn.functional.silu(a) * b
-    from fusebench.runner.modes import grad_outputs
+    from fusebench.runner.mode_call import grad_outputs
 
     dy = grad_outputs([y], 0)[0]
     y.backward(dy)
