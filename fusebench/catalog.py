@@ -60,10 +60,10 @@ def _marks(value: Any) -> list[tuple[str, str, Any]]:
     if isinstance(value, types.ModuleType):
         return []
     try:
-        own = vars(value)
-    except TypeError:  # no __dict__: an int, a tuple, a dtype ...
+        entries = vars(value).get(MARK, ())
+    except Exception:  # no __dict__ (an int, a tuple, a dtype ...), or one that is no mapping
         return []
-    return list(own.get(MARK, ()))
+    return list(entries)
 
 
 def extra_packages() -> list[str]:
@@ -133,8 +133,9 @@ class Catalog:
 
     def collect(self, *modules: types.ModuleType, replace: bool = False) -> None:
         """Add what `modules` declare: the instances first (the cases), then the marked entries (a
-        kernel named by its case's name needs the case).  replace: a declaration replaces an entry of its name (a
-        plugin file loaded again); otherwise the first one stays and the other is an error."""
+        kernel named by its case's name needs the case).  replace: a declaration replaces an entry
+        of its name (a plugin file loaded again); otherwise the first one stays, the other is an
+        error."""
         found = [(m.__name__, v) for m in modules for v in list(vars(m).values())]
         for module, value in found:
             table = getattr(type(value), TABLE_OF_INSTANCES, None)
