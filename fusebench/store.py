@@ -566,22 +566,6 @@ class Store:
         raise StoreError(f"cell {row[0]} of run {run_id} in {self.path} holds {str(value)[:40]!r} in {col}, "
                          f"a numeric column: not a value fusebench writes")
 
-    # -- merging -----------------------------------------------------------------------------------
-    def merge_from(self, other: "Store"):
-        """Copy every run of `other` (its cells included) that this store does not hold yet into it,
-        under new run ids, one transaction per run (store_merge.py).  Raises MergeRefused, writing
-        nothing, when `other` holds values no reader accepts (one line per problem).  Returns a
-        store_merge.Merged: {old id: new id} copied, {old id: id here} already present.
-
-        For runs measured by separate processes into separate files (several machines, or GPUs
-        with their own stores), so that one report or comparison can see them all.  Columns this
-        store has and `other` lacks (an older schema) are left NULL."""
-        from fusebench import store_merge
-
-        if os.path.samefile(self.path, other.path):
-            raise StoreError(f"cannot merge {other.path} into itself")
-        return store_merge.merge(self, other)
-
 
 def default_db_path() -> str:
     return os.environ.get("FUSEBENCH_DB", "fusebench.db")

@@ -11,6 +11,7 @@ same start, host, owner process, request and cells) is not copied again.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -142,9 +143,12 @@ def _identities(con, have: set, run_id: int | None = None) -> dict[int, tuple]:
 def merge(target, source) -> Merged:
     """Copy `source`'s runs into `target`, one transaction per run, after checking it whole
     (MergeRefused, nothing written, where `problems` finds any).  Runs already in `target` are left
-    out."""
+    out.  The two stores must be different files (StoreError)."""
     from fusebench.audit.store import copy_audit_rows
+    from fusebench.store import StoreError
 
+    if os.path.samefile(target.path, source.path):
+        raise StoreError(f"cannot merge {source.path} into itself")
     found = problems(source)
     if found:
         raise MergeRefused(problem_lines(found))

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from fusebench.store import Store, StoreError
-from fusebench.store_merge import MergeRefused
+from fusebench.store_merge import MergeRefused, merge
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,15 +91,15 @@ def test_merge_copies_runs_under_new_ids_once(tmp_path):
     dst = _store_with_run(tmp_path / "a.db", 1.0)
     src = _store_with_run(tmp_path / "b.db", 2.0)
     _store_with_run(tmp_path / "b.db", 3.0).close()  # b.db now holds runs 1 and 2
-    done = dst.merge_from(src)
+    done = merge(dst, src)
     assert done.copied == {1: 2, 2: 3} and done.present == {}
     assert list(dst.runs().cells) == [2, 2, 2]
     assert list(dst.cells(3).time_us) == [3.0, 3.0] and dst.run_info(3)["status"] == "done"
     assert list(dst.cells(1).time_us) == [1.0, 1.0]  # what was there is untouched
-    again = dst.merge_from(src)  # the same runs: not copied twice
+    again = merge(dst, src)  # the same runs: not copied twice
     assert again.copied == {} and again.present == {1: 2, 2: 3} and list(dst.runs().cells) == [2, 2, 2]
     with pytest.raises(StoreError, match="into itself"):
-        dst.merge_from(Store.open(str(tmp_path / "a.db")))
+        merge(dst, Store.open(str(tmp_path / "a.db")))
 
 
 def test_merge_copies_an_audit_runs_rows_with_it(tmp_path):
@@ -111,7 +111,7 @@ def test_merge_copies_an_audit_runs_rows_with_it(tmp_path):
         _ensure_tables(src.con)
         src.con.execute("INSERT INTO audits (run_id) VALUES (1)")
         src.con.executemany("INSERT INTO audit_steps (run_id) VALUES (1)", [(), ()])
-    assert dst.merge_from(src).copied == {1: 2}
+    assert merge(dst, src).copied == {1: 2}
     assert dst.con.execute("SELECT run_id FROM audits").fetchall() == [(2,)]
     assert dst.con.execute("SELECT run_id FROM audit_steps").fetchall() == [(2,), (2,)]
 
@@ -132,7 +132,7 @@ def test_merge_refuses_a_source_readers_would_refuse_and_writes_nothing(tmp_path
     before = _sha(str(tmp_path / "a.db"))
     with Store.open(str(tmp_path / "a.db")) as dst, Store.open(str(tmp_path / "b.db"), create=False) as src:
         with pytest.raises(MergeRefused) as refused:
-            dst.merge_from(src)
+            merge(dst, src)
     lines = refused.value.lines
     assert len(lines) == 4, lines
     assert "1 cell(s) of run 9, which has no row in the runs table" in lines[0]
@@ -147,6 +147,7 @@ def test_merge_refuses_a_source_readers_would_refuse_and_writes_nothing(tmp_path
 KILLED_MERGE = """
 import os, signal, sys
 from fusebench.store import Store
+from fusebench.store_merge import merge
 
 class Dying:
     def __init__(self, con):
@@ -167,7 +168,7 @@ class Dying:
 target, source = Store.open(sys.argv[1]), Store.open(sys.argv[2], create=False)
 target.con.execute("PRAGMA cache_size=2")
 source.con = Dying(source.con)
-target.merge_from(source)
+merge(target, source)
 """
 
 
@@ -206,7 +207,7 @@ def test_a_killed_merge_leaves_whole_runs_that_a_reader_recovers(tmp_path):
         assert st.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert not os.path.exists(target + "-journal")
     with Store.open(target) as st, Store.open(source, create=False) as src:  # merging again completes it
-        done = st.merge_from(src)
+        done = merge(st, src)
         assert done.present == {1: 2} and done.copied == {2: 3}
         assert list(st.runs().cells) == [2, 300, 300]
 

@@ -294,6 +294,7 @@ def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="St
     nothing is written); each run is copied in one transaction, so an interrupted merge leaves whole
     runs; a run the store already holds is not copied again."""
     from fusebench.store import Store, default_db_path
+    from fusebench.store_merge import merge as merge_runs
     from fusebench.store_merge import problem_lines, problems
 
     # check every source (opened read-only) and the destination before anything is written
@@ -310,7 +311,7 @@ def merge(sources: List[str] = typer.Argument(..., metavar="SOURCE...", help="St
         store = Store.open(db or default_db_path())
         try:
             for src in opened:
-                done = store.merge_from(src)
+                done = merge_runs(store, src)
                 if done.copied or not done.present:
                     moved = ", ".join(f"{old} -> {new}" for old, new in done.copied.items()) or "no runs"
                     out.print(f"{plain(src.path)}: runs {moved}", highlight=False, markup=False)
