@@ -8,8 +8,8 @@ one read of dy, a and b, one write of da and db.  All arithmetic is fp32; output
 inputs' dtype.  The tensors are walked as flat contiguous vectors, BLOCK elements a program.
 
 A call is one lookup of the launch kept for its operands' key (launch.signature) in the family's
-launch.LauncherCache, the outputs' allocation and the launch; operands that are not contiguous are copied first (their contiguous
-copies have a key of their own).
+launch.LauncherCache, the outputs' allocation and the launch; operands that are not contiguous are
+copied first (their contiguous copies have a key of their own).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import training as cases
 from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.registry import triton_kernel
 
@@ -131,5 +132,5 @@ def swiglu_autograd(a, b):
     return SwiGLU.apply(a, b)
 
 
-triton_kernel("swiglu", describe=lambda shape, dtype: "element-wise, fp32 math",
+triton_kernel(cases.SWIGLU, describe=lambda shape, dtype: "element-wise, fp32 math",
               autograd=swiglu_autograd)(swiglu_forward)
