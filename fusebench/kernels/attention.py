@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from fusebench import settings
+from fusebench.cases import mix as cases
 from fusebench.kernels.device import is_hopper_or_newer
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.launch import STATE, signature
@@ -360,7 +361,7 @@ def _describe(shape, dtype):
     return f"{'fp16' if dtype == torch.float16 else 'bf16'}, flash fwd ({how}), {kind}"
 
 
-@triton_kernel("attention", supports=_supports, describe=_describe, interpretable=True,
+@triton_kernel(cases.ATTENTION, supports=_supports, describe=_describe, interpretable=True,
                autograd="fusebench.kernels.attention_backward:attention")
 def attention(q, k, v, causal: bool):
     return flash_attention(q, k, v, causal)

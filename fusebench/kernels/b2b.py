@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from fusebench import settings
+from fusebench.cases import matmul as cases
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.device import next_pow2
 from fusebench.kernels import gemm_utils as gu
@@ -149,7 +150,7 @@ def _describe_b2b(shape, dtype):
     return f"{precision_note(dtype)}, two GEMMs (N={n} > {B2B_MAX_N}: intermediate too wide for the chip)"
 
 
-@triton_kernel("matmul_matmul", supports=_supports, describe=_describe_b2b, interpretable=True)
+@triton_kernel(cases.MATMUL_MATMUL, supports=_supports, describe=_describe_b2b, interpretable=True)
 def matmul_matmul(a, b, c):
     if b2b_fused(b.shape[1]):
         return b2b(a, b, c)

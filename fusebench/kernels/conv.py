@@ -30,6 +30,7 @@ stores the path, why, and the measured times with each result.
 """
 from __future__ import annotations
 
+from fusebench.cases import conv as cases
 from fusebench.kernels.batchnorm import BN_EPS, fold_bn  # noqa: F401  (re-exported: conv's public names)
 from fusebench.kernels.conv_batchnorm import BN_WAYS, conv_bn, describe_bn  # noqa: F401
 from fusebench.kernels.conv_choice import candidate_paths, choose_path, describe  # noqa: F401
@@ -57,14 +58,14 @@ def _describe_relu(shape, dtype):
     return describe(shape, dtype, (True, False, True))
 
 
-@triton_kernel("conv_add", supports=supports, describe=_describe_add, interpretable=True)
+@triton_kernel(cases.CONV_ADD, supports=supports, describe=_describe_add, interpretable=True)
 def conv_add(x, w, residual, stride: int):
     return conv_fused(x, w, stride, residual=residual)
 
 
-@triton_kernel("conv_relu", supports=supports, describe=_describe_relu, interpretable=True)
+@triton_kernel(cases.CONV_RELU, supports=supports, describe=_describe_relu, interpretable=True)
 def conv_relu(x, w, bias, stride: int):
     return conv_fused(x, w, stride, bias=bias, relu=True)
 
 
-triton_kernel("conv_bn", supports=supports, describe=describe_bn, interpretable=True)(conv_bn)
+triton_kernel(cases.CONV_BN, supports=supports, describe=describe_bn, interpretable=True)(conv_bn)

@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import training as cases
 from fusebench.kernels import plans
 from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.registry import triton_kernel
@@ -183,6 +184,6 @@ def cross_entropy_impl(logits, targets):
     return cross_entropy_forward(logits, targets)[0]
 
 
-triton_kernel("cross_entropy",
+triton_kernel(cases.CROSS_ENTROPY,
               describe=lambda shape, dtype: "online logsumexp; the backward recomputes the softmax from the saved lse",
               autograd=lambda logits, targets: CrossEntropy.apply(logits, targets))(cross_entropy_impl)

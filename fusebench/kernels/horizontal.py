@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import horizontal as cases
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, next_pow2, num_sms
 from fusebench.kernels.launch import STATE, Launch, is_final, signature
@@ -293,13 +294,13 @@ def _describe(shape, dtype):
                            elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()
 
 
-@triton_kernel("horizontal_reduction_pointwise", interpretable=True, describe=_describe,
+@triton_kernel(cases.HORIZONTAL_REDUCTION_POINTWISE, interpretable=True, describe=_describe,
                run=lambda a: _horizontal("horizontal_reduction_pointwise", a, True, False, None, MAX_ONCHIP, True))
 def horizontal_reduction_pointwise(a):
     return horizontal_reduction_pointwise_impl(a)
 
 
-@triton_kernel("horizontal_reduction_reduction", interpretable=True, describe=_describe,
+@triton_kernel(cases.HORIZONTAL_REDUCTION_REDUCTION, interpretable=True, describe=_describe,
                run=lambda a: _horizontal("horizontal_reduction_reduction", a, False, True, None, MAX_ONCHIP, True))
 def horizontal_reduction_reduction(a):
     return horizontal_reduction_reduction_impl(a)

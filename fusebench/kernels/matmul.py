@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from fusebench import settings
+from fusebench.cases import matmul as cases
 from fusebench.kernels.device import is_interpreter as interpreting
 from fusebench.kernels.device import num_sms
 from fusebench.kernels import gemm_utils as gu
@@ -501,16 +502,16 @@ def _describe_gemm(shape, dtype):
     return f"{note}, tiled GEMM (pointer loads) + fused epilogue"
 
 
-@triton_kernel("matmul_add", supports=_supports, describe=_describe_gemm, interpretable=True)
+@triton_kernel(cases.MATMUL_ADD, supports=_supports, describe=_describe_gemm, interpretable=True)
 def matmul_add(a, b, bias):
     return gemm(a, b, bias=bias)
 
 
-@triton_kernel("matmul_relu", supports=_supports, describe=_describe_gemm, interpretable=True)
+@triton_kernel(cases.MATMUL_RELU, supports=_supports, describe=_describe_gemm, interpretable=True)
 def matmul_relu(a, b):
     return gemm(a, b, relu=True)
 
 
-@triton_kernel("matmul_add_relu", supports=_supports, describe=_describe_gemm, interpretable=True)
+@triton_kernel(cases.MATMUL_ADD_RELU, supports=_supports, describe=_describe_gemm, interpretable=True)
 def matmul_add_relu(a, b, bias):
     return gemm(a, b, bias=bias, relu=True)

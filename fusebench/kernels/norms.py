@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import reduce as cases
 from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
@@ -273,6 +274,6 @@ def layer_norm(x, weight, bias):
     return LayerNorm.apply(x, weight, bias)
 
 
-triton_kernel("layernorm", describe=rowwise.describe, describe_plan=describe_layernorm_plan,
+triton_kernel(cases.LAYERNORM, describe=rowwise.describe, describe_plan=describe_layernorm_plan,
               run=layernorm_run, autograd=layer_norm)(layernorm_impl)
-triton_kernel("norm_chain", describe=rowwise.describe, run=norm_chain_run)(norm_chain_impl)
+triton_kernel(cases.NORM_CHAIN, describe=rowwise.describe, run=norm_chain_run)(norm_chain_impl)

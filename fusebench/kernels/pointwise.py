@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import elementwise, mix
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, num_sms
 from fusebench.kernels.launch import STATE, Launch, is_final, signature
@@ -520,25 +521,25 @@ def _describe_tiles(shape, dtype):
     return tile_2d_plans(*shape)[0].describe()
 
 
-@triton_kernel("pointwise_chain", interpretable=True, describe=_describe_tiles,
+@triton_kernel(elementwise.POINTWISE_CHAIN, interpretable=True, describe=_describe_tiles,
                run=pointwise_chain_run)
 def pointwise_chain(x):
     return pointwise_chain_impl(x)
 
 
-@triton_kernel("bias_gelu", interpretable=True, describe=_describe_tiles,
+@triton_kernel(mix.BIAS_GELU, interpretable=True, describe=_describe_tiles,
                run=bias_gelu_run)
 def bias_gelu(inp, bias):
     return bias_gelu_impl(inp, bias)
 
 
-@triton_kernel("bias_dropout_add", interpretable=True, describe=_describe_tiles,
+@triton_kernel(mix.BIAS_DROPOUT_ADD, interpretable=True, describe=_describe_tiles,
                run=bias_dropout_add_run)
 def bias_dropout_add(inp, bias, residual):
     return bias_dropout_add_impl(inp, bias, residual)
 
 
-@triton_kernel("bias_dropout_add_transposed", interpretable=True,
+@triton_kernel(mix.BIAS_DROPOUT_ADD_TRANSPOSED, interpretable=True,
                describe=lambda shape, dtype: "transpose-aware tiles, row- or column-major output",
                run=bias_dropout_add_transposed_run)
 def bias_dropout_add_transposed(inp, bias_t, residual_t):

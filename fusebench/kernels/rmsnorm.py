@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import training as cases
 from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.layernorm_backward import norm_backward
@@ -226,7 +227,7 @@ def add_rmsnorm_impl(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP
     return add_rmsnorm_run(x, residual, weight, plan, max_onchip)[0]
 
 
-triton_kernel("rmsnorm", describe=rowwise.describe, run=rmsnorm_run,
+triton_kernel(cases.RMSNORM, describe=rowwise.describe, run=rmsnorm_run,
               autograd=lambda x, weight: RMSNorm.apply(x, weight))(rmsnorm_impl)
-triton_kernel("add_rmsnorm", describe=describe_add_rmsnorm, run=add_rmsnorm_run,
+triton_kernel(cases.ADD_RMSNORM, describe=describe_add_rmsnorm, run=add_rmsnorm_run,
               autograd=lambda x, residual, weight: AddRMSNorm.apply(x, residual, weight))(add_rmsnorm_impl)

@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fusebench.cases import reduce as cases
 from fusebench.kernels import plans, rowwise, tuning
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import column
@@ -422,7 +423,7 @@ def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: plans.RowPlan
     return softmax_backward_run(dy, y, plan, max_onchip)[0]
 
 
-triton_kernel("softmax", describe=rowwise.describe, run=softmax_run,
+triton_kernel(cases.SOFTMAX, describe=rowwise.describe, run=softmax_run,
               autograd="fusebench.kernels.softmax_autograd:softmax")(softmax_impl)
-triton_kernel("double_softmax", describe=rowwise.describe, run=double_softmax_run)(double_softmax_impl)
-triton_kernel("softmax_backward", describe=rowwise.describe, run=softmax_backward_run)(softmax_backward_impl)
+triton_kernel(cases.DOUBLE_SOFTMAX, describe=rowwise.describe, run=double_softmax_run)(double_softmax_impl)
+triton_kernel(cases.SOFTMAX_BACKWARD, describe=rowwise.describe, run=softmax_backward_run)(softmax_backward_impl)
