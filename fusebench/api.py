@@ -377,4 +377,4 @@ def results(run_id: int | None = None, db: str | None = None, raw: bool = False)
         store.close()
 
 
-__all__ = ["run", "results", "StoreError"]
+__all__ = ["run", "run_request", "RunRequest", "results", "StoreError"]

@@ -39,11 +39,14 @@ print({_MARK!r} + json.dumps({{"env": found, "sys_path": sys.path, "executable":
 """
 
 
+def package_dir() -> str:
+    """This tree's fusebench package directory (this module lies in its runner/)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def source_root() -> str:
     """The directory holding this tree's fusebench package."""
-    import fusebench
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(fusebench.__file__)))
+    return os.path.dirname(package_dir())
 
 
 @dataclass(frozen=True)

@@ -117,11 +117,10 @@ def connect(opts: RayOptions, device: str | None) -> Cluster:
                 kwargs.update(num_gpus=torch.cuda.device_count())
             started_here = True
         else:  # an existing cluster, maybe of several hosts: send them this fusebench
-            import fusebench
+            from fusebench.runner.interpreter import package_dir
 
             _check_reachable(opts.address)
-            kwargs.update(address=opts.address,
-                          runtime_env={"py_modules": [os.path.dirname(os.path.abspath(fusebench.__file__))]})
+            kwargs.update(address=opts.address, runtime_env={"py_modules": [package_dir()]})
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as exc:
