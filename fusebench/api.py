@@ -31,7 +31,7 @@ from fusebench.runner.modes import check_mode
 from fusebench.runner.plan import Cell, ShapeSpec, not_planned, plan_cells, shape_spec_text
 from fusebench.runner.request import (RunRequest, check_device, check_sizes, check_timeout, names, parse_gpus,
                                       run_mode, stored_request)
-from fusebench.runner.scheduler import RETRIED, Scheduler, Workers
+from fusebench.runner.scheduler import RETRIED, Scheduler, WorkerSettings
 from fusebench.store import Heartbeat, Store, StoreError, check_writable, default_db_path, owner_alive
 from fusebench.util import first_line, workers_skip_main
 
@@ -228,7 +228,8 @@ def _execute(checked: _Checked, on_cell, on_plan) -> pd.DataFrame:
             store.claim_run(run_id, checked.seen)
         if on_plan:
             on_plan(run_id, len(checked.todo))
-        workers = Workers(plugin_hashes={r["path"]: r["sha256"] for r in checked.plugins}, interpreter=checked.interp)
+        workers = WorkerSettings(plugin_hashes={r["path"]: r["sha256"] for r in checked.plugins},
+                                 interpreter=checked.interp)
         status = "interrupted"
         try:
             watcher = _RunWatch(store, run_id, checked.stored.get("device") or request.device, request.timing, cluster)

@@ -280,7 +280,7 @@ def _run_scheduler(tmp_path, **opts):
     from fusebench.measure.timing import TimingSettings
     from fusebench.runner.plan import Cell
     from fusebench.runner.request import RunRequest
-    from fusebench.runner.scheduler import Scheduler, Workers
+    from fusebench.runner.scheduler import Scheduler, WorkerSettings
     from fusebench.store import Store
 
     state = tmp_path / f"state{len(opts)}"
@@ -293,7 +293,7 @@ def _run_scheduler(tmp_path, **opts):
             todo = [Cell("records_pid", "eager", shape, "fp32", "cpu") for shape in ((8, 8), (8, 16))]
             request = RunRequest(timing=TimingSettings(warmup_ms=1, rep_ms=2, min_reps=2, max_reps=3), metrics=(),
                                  cell_timeout=60, isolate=True, plugins=(rec["path"],))
-            workers = Workers(plugin_hashes={rec["path"]: rec["sha256"]}, **opts)
+            workers = WorkerSettings(plugin_hashes={rec["path"]: rec["sha256"]}, **opts)
             Scheduler(store, run, request, workers=workers).run(todo)
             assert list(store.cells(run).status) == ["ok", "ok"]
     finally:
@@ -303,9 +303,9 @@ def _run_scheduler(tmp_path, **opts):
 
 @pytest.mark.slow
 def test_a_worker_is_replaced_when_its_memory_grows_past_the_limit(tmp_path):
-    from fusebench.runner.scheduler import Workers
+    from fusebench.runner.scheduler import WorkerSettings
 
-    assert Workers().rss_limit > 0  # a default: half of this machine's memory
+    assert WorkerSettings().rss_limit > 0  # a default: half of this machine's memory
     assert len(_run_scheduler(tmp_path)) == 1  # both cells measured by one worker (seeds repeat the call)
     assert len(_run_scheduler(tmp_path, rss_limit=1)) == 2  # replaced after the first cell
 

@@ -67,7 +67,7 @@ def default_rss_limit() -> int | None:
 
 
 @dataclass
-class Workers:
+class WorkerSettings:
     """How the worker processes run, beyond what the request says (its timing, metrics, plugins,
     store, GPUs and time limit: runner/request.py)."""
 
@@ -135,8 +135,8 @@ def _die_with_parent(parent_pid: int) -> None:
         _kill_own_group()
 
 
-def _worker_main(conn: Connection, gpu: int | None, request: RunRequest, workers: Workers, parent_pid: int,
-                 token: str = "") -> None:
+def _worker_main(conn: Connection, gpu: int | None, request: RunRequest, workers: WorkerSettings,
+                 parent_pid: int, token: str = "") -> None:
     os.setsid()  # its own process group, killed whole on timeout, crash or replacement
     if token:  # inherited by everything it starts: found and killed with it (proctree)
         os.environ[proctree.TOKEN_VAR] = token
@@ -145,8 +145,9 @@ def _worker_main(conn: Connection, gpu: int | None, request: RunRequest, workers
     if gpu is not None:  # before CUDA is initialised
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    if worker_log(request):
-        log = os.open(worker_log(request), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_path = worker_log(request)
+    if log_path:
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
     # Compiler advice (e.g. "online softmax disabled") would scroll the progress bar away.
@@ -219,9 +220,10 @@ class Scheduler:
     """Measures a checked request's cells (fusebench.api) and stores each as it finishes."""
 
     def __init__(self, store: Store, run_id: int, request: RunRequest,
-                 on_cell: Callable[[Cell, dict | None], None] | None = None, workers: Workers | None = None):
+                 on_cell: Callable[[Cell, dict | None], None] | None = None,
+                 workers: WorkerSettings | None = None):
         self.store, self.run_id, self.request = store, run_id, request
-        self.workers = workers or Workers()
+        self.workers = workers or WorkerSettings()
         self.commit = git_commit()  # the code this scheduler's workers run, stored with every cell
         self.on_cell = on_cell or (lambda cell, row: None)
         self.counts: Counter = Counter()
