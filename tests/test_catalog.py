@@ -86,15 +86,21 @@ def test_an_op_in_one_module_of_a_package_of_its_own_is_loaded(ops_package):
 
 def test_fusebench_run_and_the_api_run_the_toy_op_with_triton(ops_package, db):
     ops_package("toyops_b", {"scale": TOY})
-    # in worker processes (the default): they find the package through FUSEBENCH_OPS
     df = fusebench.run(["toy_scale"], impls=["eager", "triton"], shapes="8x16", device="cpu", db=db,
-                       metrics="none")
+                       metrics="none", isolate=False)
     assert dict(zip(df.impl, df.status)) == {"eager": "ok", "triton": "ok"}, df[["impl", "status", "reason"]]
     r = CliRunner().invoke(app, ["run", "toy_scale", "--impl", "triton", "--shapes", "8x16", "--device", "cpu",
                                  "--db", db, "--no-isolate", "--metrics", "none"])
     assert r.exit_code == 0, r.output
     rows = sqlite3.connect(db).execute("SELECT run_id, impl, status FROM cells WHERE impl = 'triton'").fetchall()
     assert rows == [(1, "triton", "ok"), (2, "triton", "ok")]
+
+
+def test_worker_processes_find_the_toy_op_through_the_variable(ops_package, db):
+    ops_package("toyops_h", {"scale": TOY})
+    df = fusebench.run(["toy_scale"], impls=["eager", "triton"], shapes="8x16", device="cpu", db=db,
+                       metrics="none", isolate=True)
+    assert dict(zip(df.impl, df.status)) == {"eager": "ok", "triton": "ok"}, df[["impl", "status", "reason"]]
 
 
 def test_a_wrong_toy_kernel_is_a_mismatch(ops_package, db):
