@@ -92,7 +92,7 @@ def _conv1x1_nchw_kernel(x_ptr, w_ptr, y_ptr, mean_ptr, var_ptr, gamma_ptr, beta
         acc += tl.load(bias_ptr + offs_m, mask=m_ok, other=0.0).to(tl.float32)[:, None]
     # pixel n of image n // P sits at y[n // P, m, n % P].  Columns run on within an image, which
     # the compiler cannot see through the division: max_contiguous orders the store's lanes along
-    # a row (down a column, every element was a transaction of its own, 3x slower at 7x7), and
+    # a row (down a column, every element was a transaction of its own; docs/kernels.md, 'Conv epilogues'), and
     # multiple_of lets it store VEC at once, VEC being the power of two dividing P (at most 8):
     # VEC columns from a multiple of VEC never straddle two images.
     cols = tl.max_contiguous(tl.multiple_of((offs_n // P) * (COUT * P) + offs_n % P, VEC), BLOCK_N)

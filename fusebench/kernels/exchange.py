@@ -94,7 +94,7 @@ def collect(slot_ptr, tag, SPLITS, BLOCK_S: tl.constexpr, K: tl.constexpr, WARPS
     Every thread polls words of its own: R copies of the BLOCK_S x K words, at least two per
     thread.  With fewer words than threads, Triton would hold them replicated across warps, load
     every copy, but test the tags of one copy only, and a warp could go on with a stale copy
-    (on an H100: wrong rows at 300x70000).  The poll gives up after 2**22 reads, so that a
+    (wrong rows; docs/kernels.md, 'Every thread polls copies of its own').  The poll gives up after 2**22 reads, so that a
     bug shows as a wrong result rather than a hung GPU."""
     R: tl.constexpr = 1 if BLOCK_S * K >= 64 * WARPS else 64 * WARPS // (BLOCK_S * K)
     s = tl.arange(0, BLOCK_S)[None, :, None]

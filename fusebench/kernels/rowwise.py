@@ -71,8 +71,8 @@ def load_at(ptr, mask, other, POLICY: tl.constexpr):
 def exp_ftz(x):
     """e^x as exp2(x log2(e)), which compiles to PTX's ex2.approx.ftz.  tl.exp's ex2.approx without
     ftz costs a compare and two multiplies more an element, to keep subnormal results: with one
-    program an SM (rows of 32768 columns on chip) that work is on the critical path, 2-3% of
-    softmax's time on an H100.  Results below 2^-126 (1.2e-38) become 0."""
+    program an SM (rows of 32768 columns on chip) that work is on the critical path
+    (docs/kernels.md, 'Row-wise reductions', Exponentials).  Results below 2^-126 (1.2e-38) become 0."""
     return tl.exp2(x * 1.4426950408889634)
 
 
@@ -182,7 +182,7 @@ def _tile_kernel(a_ptr, b_ptr, w_ptr, v_ptr, out_ptr, stats_ptr, M, N, stride_am
     N, src, prm, stride_om = _aligned(a_ptr, b_ptr, w_ptr, v_ptr, N, stride_am, stride_an, stride_bm, stride_bn,
                                       stride_om, ALIGN)
     # 64-bit row offsets only where a tile can reach 2**31 elements (WIDE): 32-bit ones are as fast
-    # or faster (up to 1.08x, docs/kernels.md)
+    # or faster (docs/kernels.md, 'Row-wise reductions', Tile)
     if WIDE:
         row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
     else:
