@@ -17,6 +17,6 @@ from fusebench.version import __version__  # noqa: E402,F401
 from fusebench.api import results, run  # noqa: E402,F401
 from fusebench.cases import Case, case, get_case, rand, randn, register  # noqa: E402,F401
 from fusebench.impls.user import implementation  # noqa: E402,F401
-from fusebench.fusion.assertions import assert_fused  # noqa: E402,F401
+from fusebench.check.assertions import assert_fused  # noqa: E402,F401
 from fusebench.audit.models import model  # noqa: E402,F401
 from fusebench.audit.api import audit_model  # noqa: E402,F401 (fusebench.audit is the subpackage)

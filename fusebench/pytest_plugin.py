@@ -7,7 +7,7 @@ The `fusebench` fixture:
         x, b = torch.randn(256, 1024), torch.randn(1024)
         fusebench.assert_fused(lambda x, b: F.gelu(x + b), x, b, max_kernels=1)
 
-`fusebench.assert_fused` is fusebench.assert_fused (fusion/assertions.py); `fusebench.inspect`
+`fusebench.assert_fused` is fusebench.assert_fused (check/assertions.py); `fusebench.inspect`
 returns the report of what Inductor made of a function without asserting anything.
 
 The marker holds cells to the committed baseline (`fusebench check`'s file):
@@ -52,13 +52,13 @@ class Fusebench:
     @staticmethod
     def assert_fused(fn, *inputs, max_kernels: int = 1, min_ceiling: float | None = None, mode: str = "fwd",
                      device=None):
-        from fusebench.fusion.assertions import assert_fused
+        from fusebench.check.assertions import assert_fused
 
         return assert_fused(fn, *inputs, max_kernels=max_kernels, min_ceiling=min_ceiling, mode=mode, device=device)
 
     @staticmethod
     def inspect(fn, *inputs, mode: str = "fwd", device=None, detail: bool = False):
-        from fusebench.fusion.assertions import inspect
+        from fusebench.check.assertions import inspect
 
         return inspect(fn, *inputs, mode=mode, device=device, detail=detail)
 

@@ -3,4 +3,5 @@ accuracy and time, and the check that holds a run to it (`fusebench check`, the 
 
 - baseline.py: the file (TOML or JSON), its entries and device classes
 - verify.py: measuring the baseline's cells and judging each against its entry; --update
+- assertions.py: `fusebench.assert_fused` and `inspect`, one function's fusion checked in a test
 """

@@ -174,7 +174,7 @@ def measure(groups_: list[Group], device: str, *, db: str | None = None, plugins
     """Run every group through fusebench.run; the rows by key.  With `db` the runs are kept there,
     otherwise in a temporary store that is removed afterwards.  `timed`: on the quick shapes'
     budget, as a baseline's times are; else briefly (BRIEF_TIMING)."""
-    import fusebench
+    from fusebench.api import run
     from fusebench.measure.timing import TimingSettings
     from fusebench.store import Store
 
@@ -187,7 +187,7 @@ def measure(groups_: list[Group], device: str, *, db: str | None = None, plugins
         for g in groups_:
             say(f"measuring {len(g.keys())} cell(s): {', '.join(g.cases)} x {', '.join(g.impls)} at "
                 f"{', '.join(g.shapes)} ({g.dtype}, {g.mode})")
-            df = fusebench.run(list(g.cases), impls=list(g.impls), shapes=",".join(g.shapes), dtype=g.dtype,
+            df = run(list(g.cases), impls=list(g.impls), shapes=",".join(g.shapes), dtype=g.dtype,
                                device=device, db=path, plugins=list(plugins), metrics=metrics,
                                timing=TimingSettings.for_shapes("quick", **({} if timed else BRIEF_TIMING)),
                                mode=g.mode, cell_timeout=cell_timeout)

@@ -218,9 +218,8 @@ def columns_from(parsed: dict, min_bytes: int | None) -> dict:
 
 
 def _repo_root() -> str:
-    import fusebench
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(fusebench.__file__)))
+    """The directory holding the fusebench package (fusebench/metrics/ncu.py is two levels in)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def child_env(extra: dict | None = None) -> dict:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fusebench import assert_fused
-from fusebench.fusion.assertions import CeilingNotMeasured, FusionReport, inspect
+from fusebench.check.assertions import CeilingNotMeasured, FusionReport, inspect
 from fusebench.fusion.capture import CompiledGraph, Refusal
 from fusebench.fusion.code import KernelInfo
 
