@@ -15,25 +15,18 @@
 The flush (mode "clean", see _flush_l2) writes a buffer twice the L2's size with `evict_last`
 stores, then reads another buffer of that size with `evict_last` loads.  Zeroing it with ordinary
 stores, as triton.testing.do_bench does ("zero"), leaves lines that an earlier call loaded
-`evict_last` in L2 -- Inductor loads most inputs so -- and the next call finds them there: on an
-H200 that made Inductor's small kernels ~1.2 us faster than ours with the same traffic.  The
-stores alone ("evict_last") leave L2 full of dirty lines that the timed call then writes back: on
-an H200, 3-5 us of a 65-70 us call at 128 MiB; the read sweep writes them back before the start
-event.
+`evict_last` in L2 -- Inductor loads most inputs so -- and the next call finds them there.  The
+stores alone ("evict_last") leave L2 full of dirty lines that the timed call then writes back; the
+read sweep writes them back before the start event (docs/methodology.md, 'The L2 flush').
 
 After each flush, before the spin, a "warm call" (when the caller passes one; the runner does for
 calls of up to 1 GiB of traffic): the same call on a second, same-shaped set of inputs (its freed
 outputs are where the timed call's will be allocated), its outputs' lines then dropped from L2
-without write-back (l2flush.discard_outputs; otherwise the timed call writes them back: on an
-H100 a 256 MiB copy took 92.8 us instead of 86.9, layernorm's and softmax's kernels 5-9 us more),
-then one byte read every 64 KiB of the timed call's inputs (l2flush.touch_pages).  The timed
-call's data is still cold, but what else the flush disturbed is settled.  What that is was not
-isolated: not the kernel's code (on an H200 a one-program launch of another binary on a small
-buffer allocated beside the inputs settled it as well); the address translations of the pages the
-flush swept past are the guess.  Without it a 4-6 us call's median moved between three levels
-~0.4 us apart from one timing to the next of the same kernel, so that one implementation could
-look 15% slower than another by chance; with it, repeats agreed within 0.05 us
-(docs/measurement-log.md).
+without write-back (l2flush.discard_outputs; otherwise the timed call writes them back), then one
+byte read every 64 KiB of the timed call's inputs (l2flush.touch_pages).  The timed call's data is
+still cold, but what else the flush disturbed is settled: without it a small call's median moves
+between levels from one timing to the next of the same kernel (docs/methodology.md, 'The warm
+call').
 
 Only the call is inside the timed region: no allocation, synchronisation or cache emptying.
 """
@@ -66,11 +59,11 @@ class TimingSettings:
     # _host_cover_cycles); False reproduces plain event timing as triton.testing.do_bench does it.
     host_cover: bool = True
     # The warm call after each flush (module docstring), for calls whose traffic (the case's
-    # minimum bytes) is at most this; 0 turns it off.  Above it calls take >= ~250 us on an H200,
-    # where what it settles is under 0.5%.
+    # minimum bytes) is at most this; 0 turns it off.  Above it what the warm call settles is a
+    # negligible share of a call (docs/methodology.md, 'The warm call').
     warm_call_max_bytes: int = 1 << 30
     # Drop the warm call's outputs from L2 after it (l2flush.discard_outputs); without it the
-    # timed call writes those dirty lines back, 5-9 us more at 256 MiB (H100).
+    # timed call writes those dirty lines back (docs/methodology.md, 'The warm call').
     warm_call_discards: bool = True
     # CPU only: time blocks of calls until IQR / median of the samples is at most this (the rule
     # of torch.utils.benchmark's adaptive_autorange), or until host_max_ms is spent.
