@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from fusebench.cases import training as cases
-from fusebench.kernels import plans
+from fusebench.kernels import launch_plans
 from fusebench.kernels.launch import STATE, Launch, signature
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import exp_ftz
@@ -89,7 +89,7 @@ class _LossLauncher:
         M, N = x.shape
         self.rows = (M,)
         block_n = min(BLOCK_N, triton.next_power_of_2(N))
-        self.launch = Launch(_ce_kernel, (M,), dict(WITH_LSE=with_lse, BLOCK_N=block_n, num_warps=plans.num_warps_for(
+        self.launch = Launch(_ce_kernel, (M,), dict(WITH_LSE=with_lse, BLOCK_N=block_n, num_warps=launch_plans.num_warps_for(
             block_n, per_thread=16, lo=1, hi=8))) if M else None
         self.rest = (N, x.stride(0))
 
@@ -105,7 +105,7 @@ class _GradLauncher:
         self.shape, self.stride = (M, N), (N, 1)
         block_n = min(GRAD_BLOCK_N, triton.next_power_of_2(N))
         self.launch = Launch(_ce_grad_kernel, (M, triton.cdiv(N, block_n)), dict(
-            BLOCK_N=block_n, num_warps=plans.num_warps_for(block_n, per_thread=16, lo=1, hi=8))) if M * N else None
+            BLOCK_N=block_n, num_warps=launch_plans.num_warps_for(block_n, per_thread=16, lo=1, hi=8))) if M * N else None
         self.rest = (N, x.stride(0), N, 1.0 / M if M else 0.0)
 
 
@@ -135,7 +135,7 @@ def _first_call(logits, targets, with_lse):
     if logits.dim() != 2 or targets.shape != (logits.shape[0],):
         raise ValueError(f"logits must be (rows, vocab) and targets (rows,), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
-    x = plans.as_2d_strided(logits)
+    x = launch_plans.as_2d_strided(logits)
     if x.stride(1) != 1:
         x = x.contiguous()
     t = targets.contiguous()

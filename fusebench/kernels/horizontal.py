@@ -29,7 +29,7 @@ from fusebench.cases import horizontal as cases
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, next_pow2, num_sms
 from fusebench.kernels.launch import STATE, Launch, is_final, signature
-from fusebench.kernels.plans import (MAX_ONCHIP, RowPlan, as_2d_strided, loop_plan, row_plans, unique, vector_align,
+from fusebench.kernels.launch_plans import (MAX_ONCHIP, RowPlan, as_2d_strided, loop_plan, row_plans, unique, vector_align,
                                       zeroed_counters)
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import autotune, key_of, source_hash

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
-from fusebench.kernels import exchange, plans
+from fusebench.kernels import exchange, launch_plans
 from fusebench.kernels.device import cdiv, dependent_launch, next_pow2, num_sms
 from fusebench.kernels.launch import STATE, Launch, dependent, signature
 from fusebench.kernels.layernorm_backward_kernels import (
@@ -137,7 +137,7 @@ def _rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None, prefet
     per_thread = 32 if x.element_size() <= 2 else 16
     launch = Launch(_rows_kernel, (programs,), dict(
         CENTER=center, HAS_DH=dh is not dy, PREFETCH=prefetch, BLOCK_N=block_n,
-        num_warps=plans.num_warps_for(block_n, per_thread=per_thread, lo=4, hi=16)))
+        num_warps=launch_plans.num_warps_for(block_n, per_thread=per_thread, lo=4, hi=16)))
     ints = (M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, triton.cdiv(M, programs))  # dx is dense
     return _partials(launch, ints, programs, N, center, takes_stats=False)
 
@@ -161,13 +161,13 @@ def _partials(launch: Launch, ints: tuple, n_partials: int, N: int, center: bool
 
 def _coop_plan(dy, x, dh, center: bool, eps: float, shape: CoopRows, saved: bool):
     M, N = x.shape
-    coop = plans.coop_plan(M, N, x.device, chunk=shape.chunk, num_warps=shape.warps, per_sm=shape.per_sm,
+    coop = launch_plans.coop_plan(M, N, x.device, chunk=shape.chunk, num_warps=shape.warps, per_sm=shape.per_sm,
                            prefetch=shape.prefetch, stages=shape.stages)
-    if coop.stages and not plans.coop_stages_fit(coop, x.device, x.element_size(), row_inputs=2 if dh is dy else 3):
+    if coop.stages and not launch_plans.coop_stages_fit(coop, x.device, x.element_size(), row_inputs=2 if dh is dy else 3):
         coop = replace(coop, stages=None)  # a cooperative grid must fit at once: no staging then
     launch = Launch(_coop_rows_kernel, (coop.grid,), dict(
         CENTER=center, HAS_DH=dh is not dy, SAVED=saved, BLOCK_N=coop.block_n, num_warps=coop.num_warps,
-        DEPENDENTS=dependent_launch(x.device), **plans.coop_launch_args(coop, x.device)))
+        DEPENDENTS=dependent_launch(x.device), **launch_plans.coop_launch_args(coop, x.device)))
     sync = exchange.exchange_buffer(x.device, coop.grid)
     ints = (sync, sync.numel(), M, N, dy.stride(0), x.stride(0), dh.stride(0), N, eps, coop.splits)  # dx is dense
     return _partials(launch, ints, coop.grid // coop.splits, N, center, takes_stats=True)
@@ -179,7 +179,7 @@ def _long_rows_plan(dy, x, dh, center: bool, eps: float, programs: int | None):
     block, warps = (STATS_BLOCK_FEW_ROWS, STATS_WARPS_FEW_ROWS) if few_rows else (STATS_BLOCK, STATS_WARPS)
     block = min(block, triton.next_power_of_2(N))
     stats = Launch(_row_stats_kernel, (M,), dict(
-        CENTER=center, BLOCK_N=block, num_warps=plans.num_warps_for(block, per_thread=8, lo=1, hi=warps)))
+        CENTER=center, BLOCK_N=block, num_warps=launch_plans.num_warps_for(block, per_thread=8, lo=1, hi=warps)))
     stats_ints = (N, dy.stride(0), x.stride(0), eps)
     bm, bn = (COL_BLOCK_M_2BYTE, COL_BLOCK_N_2BYTE) if x.element_size() <= 2 else (COL_BLOCK_M, COL_BLOCK_N)
     col_blocks = triton.cdiv(N, bn)
@@ -250,14 +250,14 @@ def _coop_rows(N: int, device) -> bool:
     """Whether rows of N columns take the cooperative kernel: on a GPU, above COOP_FROM_N columns
     (rows that spill on chip, or would be read twice by the long-row kernels) and up to
     COOP_MAX_N."""
-    return plans.coop_enabled(device) and COOP_FROM_N < N <= COOP_MAX_N
+    return launch_plans.coop_enabled(device) and COOP_FROM_N < N <= COOP_MAX_N
 
 
 # {problem key: (plan, its launches)}
 _PLANS = STATE.table("layernorm_backward.plans")
 
 
-def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = plans.MAX_ONCHIP,
+def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchip: int = launch_plans.MAX_ONCHIP,
                   programs: int | None = None, prefetch: bool | None = None, coop: CoopRows | bool | None = None,
                   stats: torch.Tensor | None = None, kernels: list | None = None):
     """(dx, dw, db) of a LayerNorm (center=True) or RMSNorm (center=False, db None) of x's rows
@@ -292,7 +292,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
             prefetch = x.element_size() <= 2 and N <= PREFETCH_MAX_N
         if coop is None:
             coop = coop_rows(N, x.element_size()) if programs is None and _coop_rows(N, x.device) else None
-        elif coop is False or not plans.coop_enabled(x.device):
+        elif coop is False or not launch_plans.coop_enabled(x.device):
             coop = None
         found = _PLANS[key] = _plan(dy, x, w, dh, center, eps, onchip, programs, onchip and prefetch, coop, saved)
     plan, launches = found
@@ -302,7 +302,7 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     return dx, dw, db
 
 
-def layernorm_backward(dy, x, weight, max_onchip: int = plans.MAX_ONCHIP, programs: int | None = None,
+def layernorm_backward(dy, x, weight, max_onchip: int = launch_plans.MAX_ONCHIP, programs: int | None = None,
                        stats: torch.Tensor | None = None):
     """(dx, dweight, dbias) of F.layer_norm(x, (N,), weight, bias, 1e-5) given dy (and the
     forward's row statistics, see norm_backward)."""

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from fusebench.cases import reduce as cases
-from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
+from fusebench.kernels import layernorm_backward as lnb, launch_plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.rowwise import RowOp, add2, load_at, tile_ptrs
@@ -147,7 +147,7 @@ def layernorm_holds_wb(block_n: int, num_warps: int, register_cap: int, prefetch
     return (3 + prefetch) * (block_n // (32 * num_warps)) + 32 <= register_cap
 
 
-def _plan_holds_wb(plan: plans.RowPlan, register_cap: int) -> bool:
+def _plan_holds_wb(plan: launch_plans.RowPlan, register_cap: int) -> bool:
     return layernorm_holds_wb(plan.block_n, plan.num_warps, register_cap, plan.prefetch)
 
 
@@ -211,41 +211,41 @@ NORM_CHAIN = RowOp("norm_chain", load=_x0, params=no_params, shift=no_shift, ini
 _SOURCE = functools.partial(tuning.source_hash, __name__, "fusebench.kernels.softmax", *rowwise.SOURCE_MODULES)
 
 
-def layernorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def layernorm_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """The tuner's candidates for layernorm_impl, the heuristic's choice first."""
-    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
+    return launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size,
                            tile_prefetch=True, streams=True, rereads=True)
 
 
-def norm_chain_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
-    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+def norm_chain_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
+    return launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
-def layernorm_run(x, weight, bias, plan=None, max_onchip=plans.MAX_ONCHIP, save=False):
+def layernorm_run(x, weight, bias, plan=None, max_onchip=launch_plans.MAX_ONCHIP, save=False):
     """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with); with `save` the output
     is (that, [M, 2] fp32: each row's mean and rstd)."""
     return rowwise.run(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip, save)
 
 
-def norm_chain_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
+def norm_chain_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     return rowwise.run(NORM_CHAIN, (x,), (), norm_chain_plans, plan, _SOURCE, max_onchip)
 
 
-def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: plans.RowPlan | None = None,
-                   max_onchip: int = plans.MAX_ONCHIP):
+def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: launch_plans.RowPlan | None = None,
+                   max_onchip: int = launch_plans.MAX_ONCHIP):
     return layernorm_run(x, weight, bias, plan, max_onchip)[0]
 
 
-def norm_chain_impl(x: torch.Tensor, plan: plans.RowPlan | None = None, max_onchip: int = plans.MAX_ONCHIP):
+def norm_chain_impl(x: torch.Tensor, plan: launch_plans.RowPlan | None = None, max_onchip: int = launch_plans.MAX_ONCHIP):
     return norm_chain_run(x, plan, max_onchip)[0]
 
 
-def describe_layernorm_plan(plan: plans.RowPlan, device) -> str:
+def describe_layernorm_plan(plan: launch_plans.RowPlan, device) -> str:
     """plan.describe(), saying for a cooperative plan whether its programs hold weight and bias
     across rounds (as the launcher decides it)."""
     text = plan.describe()
     if plan.mode == "coop":
-        held = _plan_holds_wb(plan, plans.coop_launch_args(plan, device)["maxnreg"])
+        held = _plan_holds_wb(plan, launch_plans.coop_launch_args(plan, device)["maxnreg"])
         text = text[:-1] + (", weight and bias held)" if held else ", weight and bias re-read)")
     return text
 

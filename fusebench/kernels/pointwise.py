@@ -48,7 +48,7 @@ from fusebench.cases import elementwise, mix
 from fusebench.kernels import tuning
 from fusebench.kernels.device import cdiv, num_sms
 from fusebench.kernels.launch import STATE, Launch, is_final, signature
-from fusebench.kernels.plans import TilePlan, as_2d_strided, tile_2d_plans, unique, vector_align
+from fusebench.kernels.launch_plans import TilePlan, as_2d_strided, tile_2d_plans, unique, vector_align
 from fusebench.kernels.registry import triton_kernel
 from fusebench.kernels.tuning import autotune, key_of, source_hash
 

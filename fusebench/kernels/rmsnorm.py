@@ -7,7 +7,7 @@ add_rmsnorm: h = x + residual (rounded to the inputs' dtype, as PyTorch's add is
 rmsnorm(h).  Its two inputs are the op's two row inputs; h is written by the tile step, through
 the op's second parameter slot (a pointer to h's contiguous rows), so one read of x and residual
 writes both outputs (rowwise.RowOp.aux_out).  Only tile plans write h, so add_rmsnorm takes
-tile plans alone: rows up to plans.MAX_ONCHIP columns (every hidden size of today's models);
+tile plans alone: rows up to launch_plans.MAX_ONCHIP columns (every hidden size of today's models);
 longer rows compute h with torch.add and normalize it with the rmsnorm op (two passes; the note
 says so).
 
@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from fusebench.cases import training as cases
-from fusebench.kernels import layernorm_backward as lnb, plans, rowwise, tuning
+from fusebench.kernels import layernorm_backward as lnb, launch_plans, rowwise, tuning
 from fusebench.kernels.exchange import column
 from fusebench.kernels.layernorm_backward import norm_backward
 from fusebench.kernels.norms import _x0
@@ -133,24 +133,24 @@ _SOURCE = functools.partial(tuning.source_hash, __name__, "fusebench.kernels.nor
                             *rowwise.SOURCE_MODULES)
 
 
-def rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def rmsnorm_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """The tuner's candidates for rmsnorm, the heuristic's choice first."""
-    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
+    return launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True)
 
 
-def add_rmsnorm_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def add_rmsnorm_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """Tile plans only: the tile step is the one that writes h."""
-    return [p for p in plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, row_inputs=2)
+    return [p for p in launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, row_inputs=2)
             if p.mode == "tile"]
 
 
-def rmsnorm_run(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP, save=False):
+def rmsnorm_run(x, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP, save=False):
     """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with); with `save` the output is (that,
     [M, 1] fp32: each row's rstd)."""
     return rowwise.run(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip, save)
 
 
-def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     """((h, rmsnorm(h)), the plan) with h = x + residual; one pass where the rows fit on chip."""
     if x.dim() == 2 and x.shape[1] > max_onchip:  # rows too long for one program: the sum, then the norm
         if x.shape != residual.shape or x.dtype != residual.dtype:
@@ -165,7 +165,7 @@ def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP)
 
 
 def describe_add_rmsnorm(shape, dtype) -> str:
-    if shape[1] > plans.MAX_ONCHIP:
+    if shape[1] > launch_plans.MAX_ONCHIP:
         return "rows past 16384 columns: torch.add, then the rmsnorm kernel (two passes)"
     return rowwise.describe(shape, dtype)
 
@@ -174,7 +174,7 @@ def describe_add_rmsnorm(shape, dtype) -> str:
 # backward
 
 
-def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None, max_onchip: int = plans.MAX_ONCHIP,
+def rmsnorm_backward(dy, x, weight, dh=None, programs: int | None = None, max_onchip: int = launch_plans.MAX_ONCHIP,
                      stats: torch.Tensor | None = None):
     """(dx, dw) of y = rmsnorm(x) * weight given dy; with dh, dx also carries it (add_rmsnorm's
     gradient of h, which flows to x and residual alike).  Rows past `max_onchip` columns take the
@@ -219,11 +219,11 @@ class AddRMSNorm(torch.autograd.Function):
         return dx, dx, dw
 
 
-def rmsnorm_impl(x, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+def rmsnorm_impl(x, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     return rmsnorm_run(x, weight, plan, max_onchip)[0]
 
 
-def add_rmsnorm_impl(x, residual, weight, plan=None, max_onchip=plans.MAX_ONCHIP):
+def add_rmsnorm_impl(x, residual, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     return add_rmsnorm_run(x, residual, weight, plan, max_onchip)[0]
 
 

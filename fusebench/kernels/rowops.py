@@ -39,7 +39,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from fusebench.kernels import device, exchange, plans
+from fusebench.kernels import device, exchange, launch_plans
 
 
 class Mode(enum.Enum):
@@ -90,7 +90,7 @@ class RowOp:
     even: bool = False
     prefetch_loop: bool = True
     aux_out: bool = False
-    holds_params: Callable[[plans.RowPlan, int], bool] | None = None
+    holds_params: Callable[[launch_plans.RowPlan, int], bool] | None = None
 
     @property
     def modes(self) -> frozenset[Mode]:
@@ -120,7 +120,7 @@ def _dims(op: RowOp, ins):
     b = ins[1] if op.inputs > 1 else a
     M, N = a.shape
     unit = all(t.stride(1) == 1 for t in ins)
-    align = plans.vector_align(a.element_size(), N, *(t.stride(0) for t in ins)) if unit else 1
+    align = launch_plans.vector_align(a.element_size(), N, *(t.stride(0) for t in ins)) if unit else 1
     return (M, N, *a.stride(), *b.stride(), N), align  # the output is contiguous
 
 
@@ -160,7 +160,7 @@ def _reread(op, plan, dims, dev):
 
 
 def _coop(op, plan, dims, dev):
-    coop = plans.coop_launch_args(plan, dev)
+    coop = launch_plans.coop_launch_args(plan, dev)
     hold = bool(op.holds_params and op.holds_params(plan, coop["maxnreg"]))
     return plan.grid, dict(K=op.stats_k, HOLD=hold, **coop)
 
@@ -169,7 +169,7 @@ def _coop(op, plan, dims, dev):
 _LAUNCH = {Mode.TILE: _tile, Mode.LOOP: _loop, Mode.STREAM: _stream, Mode.REREAD: _reread, Mode.COOP: _coop}
 
 
-def launch_args(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tuple[Mode, int, dict, tuple]:
+def launch_args(op: RowOp, ins, plan: launch_plans.RowPlan, save: bool = False) -> tuple[Mode, int, dict, tuple]:
     """(mode, programs, constexprs and options, the runtime arguments after the six tensors) of
     `op` with `plan` on inputs laid out as `ins` (2-D, one shape), writing the rows' constants if
     `save`; the cooperative plans' exchange buffer is among the runtime arguments."""

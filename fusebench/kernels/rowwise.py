@@ -6,7 +6,7 @@ as `tl.constexpr` arguments, so that each op's kernels are compiled from the sam
 its own steps inlined.  rowops.launch_args turns an op, its inputs and a plan into a launch's
 grid, constexprs and arguments; this module keeps the kernels and the cached run path.
 
-Plan modes (plans.RowPlan):
+Plan modes (launch_plans.RowPlan):
 
 * tile:   a program holds BLOCK_M whole rows in registers: one read, one write.
 * loop:   a program makes two passes over a row in BLOCK_N-column steps, a statistics pass and a
@@ -27,7 +27,7 @@ Memory access, the same for every op: a two-pass plan's first pass loads evict_l
 re-reads) and its second pass loads and stores evict_first (the output streaming through L2 must
 not push out rows waiting for their second pass); one-read plans (tile, coop) and per-column
 parameters load without a hint.  ALIGN (see
-plans.vector_align) divides N and the row strides; rewriting them as multiples of it lets the
+launch_plans.vector_align) divides N and the row strides; rewriting them as multiples of it lets the
 compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row offsets are
 64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
 `even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fusebench.kernels import plans, tuning
+from fusebench.kernels import launch_plans, tuning
 from fusebench.kernels.exchange import collect, coop_layout, exchange_finish, exchange_slots, publish, within
 from fusebench.kernels.launch import STATE, Launch, is_final, signature
 # Mode, RowOp and steps: the ops' modules (and sass.py) take them from here too.
@@ -383,14 +383,14 @@ KERNELS = {Mode.TILE: _tile_kernel, Mode.LOOP: _loop_kernel, Mode.STREAM: _strea
 SOURCE_MODULES = ("fusebench.kernels.rowwise", "fusebench.kernels.rowops", "fusebench.kernels.exchange")
 
 
-def _launch_for(op: RowOp, ins, plan: plans.RowPlan, save: bool = False) -> tuple[Launch, tuple]:
+def _launch_for(op: RowOp, ins, plan: launch_plans.RowPlan, save: bool = False) -> tuple[Launch, tuple]:
     """(the Launch, the runtime arguments after the six tensors) of `op` with `plan` on inputs
     laid out as `ins` (2-D, one shape), writing the rows' constants if `save` (rowops.launch_args)."""
     mode, grid, constants, rest = launch_args(op, ins, plan, save)
     return Launch(KERNELS[mode], (grid,), constants), rest
 
 
-def launch(op: RowOp, ins, prm, out, plan: plans.RowPlan, stats: torch.Tensor | None = None) -> None:
+def launch(op: RowOp, ins, prm, out, plan: launch_plans.RowPlan, stats: torch.Tensor | None = None) -> None:
     """Launch `op` on inputs `ins` (row-sized, 2-D), parameters `prm`, into `out` (and the rows'
     constants into `stats`) with `plan`, through the JIT (the tuner's launches: each plan once or
     a few times)."""
@@ -406,7 +406,7 @@ class _RowLauncher:
 
     __slots__ = ("plan", "launch", "rest", "shape", "stride", "two", "aux", "saved")
 
-    def __init__(self, op: RowOp, ins, plan: plans.RowPlan | None, save: bool = False):
+    def __init__(self, op: RowOp, ins, plan: launch_plans.RowPlan | None, save: bool = False):
         a = ins[0]
         M, N = a.shape
         # plain tuples: new_empty_strided parses them faster than torch.Size
@@ -442,8 +442,8 @@ class _RowLauncher:
 _CACHE = STATE.launchers("rowwise")
 
 
-def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: plans.RowPlan | None, source,
-        max_onchip: int = plans.MAX_ONCHIP, save: bool = False):
+def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: launch_plans.RowPlan | None, source,
+        max_onchip: int = launch_plans.MAX_ONCHIP, save: bool = False):
     """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among
     `candidates(M, N, device, max_onchip=, elem_size=)` (the op's plan list).  With `save` (ops
     with `saves`), the output is (output, [M, op.saves] fp32: each row's constants).
@@ -466,7 +466,7 @@ def _first_call(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save)
         raise ValueError(f"{op.name} takes {op.inputs} row input(s) and {op.n_params} parameter vector(s)")
     if save and (not op.saves or op.aux_out):
         raise ValueError(f"{op.name} saves no row constants")
-    laid = tuple(plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
+    laid = tuple(launch_plans.as_2d_strided(t) for t in ins)  # raises unless 2-D
     N = laid[0].shape[1]
     if any(t.shape != laid[0].shape for t in laid):
         raise ValueError(f"{op.name}: inputs of shapes {[tuple(t.shape) for t in laid]} differ in shape")
@@ -511,5 +511,5 @@ def _build(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save) -> t
 
 def describe(shape, dtype) -> str:
     """The heuristic plan's description (the cell's note before the tuner has chosen)."""
-    return plans.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
+    return launch_plans.row_plans(shape[0], shape[1], "cuda" if torch.cuda.is_available() else "cpu",
                            elem_size=torch.empty((), dtype=dtype).element_size())[0].describe()

@@ -185,7 +185,7 @@ def cooperative_kernels() -> dict[str, tuple]:
     them like the others), unstaged and, where that fits, staged 2 deep; layernorm's as
     launched, holding weight and bias where norms.layernorm_holds_wb says so."""
     from fusebench.kernels import norms
-    from fusebench.kernels.plans import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
+    from fusebench.kernels.launch_plans import COOP_SHAPES, coop_register_cap, shared_memory_per_program, stages_fit
     from fusebench.kernels.rowwise import Mode
 
     out = {}

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from fusebench.cases import reduce as cases
-from fusebench.kernels import plans, rowwise, tuning
+from fusebench.kernels import launch_plans, rowwise, tuning
 from fusebench.kernels.device import num_sms
 from fusebench.kernels.exchange import column
 from fusebench.kernels.registry import triton_kernel
@@ -369,57 +369,57 @@ SOFTMAX_BACKWARD = RowOp("softmax_backward", load=_dy_y, params=no_params, shift
 _SOURCE = functools.partial(tuning.source_hash, __name__, *rowwise.SOURCE_MODULES)
 
 
-def softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def softmax_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """The tuner's candidates for softmax_impl, the heuristic's choice first."""
-    return plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+    return launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
                            one_reduction=True)
 
 
-def softmax_backward_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def softmax_backward_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """softmax_plans for two inputs, and at long rows Inductor's plan for this case: one 32-warp
     program per row whose passes are one 32768-column step each (unmasked where the step covers
     the row: see RowOp.even), also on one program per SM, and at half the step."""
-    cands = plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+    cands = launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
                             row_inputs=2)  # dy and y
     if N > max_onchip:
         sms = num_sms(device)
-        cands += [plans.loop_plan(32768, 32), plans.loop_plan(32768, 32, grid=sms), plans.loop_plan(16384, 16),
-                  plans.loop_plan(16384, 32, grid=sms)]
-    return plans.unique(cands)
+        cands += [launch_plans.loop_plan(32768, 32), launch_plans.loop_plan(32768, 32, grid=sms), launch_plans.loop_plan(16384, 16),
+                  launch_plans.loop_plan(16384, 32, grid=sms)]
+    return launch_plans.unique(cands)
 
 
-def double_softmax_plans(M, N, device, max_onchip=plans.MAX_ONCHIP, elem_size=4):
+def double_softmax_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size=4):
     """Its looped kernel carries four per-lane accumulators: half the step of the other loops; the
     streamed plans keep their 8192-column steps (16384 spills)."""
     return [dataclasses.replace(p, block_n=p.block_n // 2) if p.mode == "loop" else p
-            for p in plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
+            for p in launch_plans.row_plans(M, N, device, max_onchip=max_onchip, elem_size=elem_size, streams=True,
                                      rereads=True, one_reduction=True)
             if not (p.mode == "stream" and p.block_n > 8192)]
 
 
-def softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
+def softmax_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     """(softmax(x, 1), the plan it ran with); `plan` forces one, `max_onchip` the longest row kept on chip."""
     return rowwise.run(SOFTMAX, (x,), (), softmax_plans, plan, _SOURCE, max_onchip)
 
 
-def double_softmax_run(x, plan=None, max_onchip=plans.MAX_ONCHIP):
+def double_softmax_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     return rowwise.run(DOUBLE_SOFTMAX, (x,), (), double_softmax_plans, plan, _SOURCE, max_onchip)
 
 
-def softmax_backward_run(dy, y, plan=None, max_onchip=plans.MAX_ONCHIP):
+def softmax_backward_run(dy, y, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     return rowwise.run(SOFTMAX_BACKWARD, (dy, y), (), softmax_backward_plans, plan, _SOURCE, max_onchip)
 
 
-def softmax_impl(x: torch.Tensor, plan: plans.RowPlan | None = None, max_onchip: int = plans.MAX_ONCHIP):
+def softmax_impl(x: torch.Tensor, plan: launch_plans.RowPlan | None = None, max_onchip: int = launch_plans.MAX_ONCHIP):
     return softmax_run(x, plan, max_onchip)[0]
 
 
-def double_softmax_impl(x: torch.Tensor, plan: plans.RowPlan | None = None, max_onchip: int = plans.MAX_ONCHIP):
+def double_softmax_impl(x: torch.Tensor, plan: launch_plans.RowPlan | None = None, max_onchip: int = launch_plans.MAX_ONCHIP):
     return double_softmax_run(x, plan, max_onchip)[0]
 
 
-def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: plans.RowPlan | None = None,
-                          max_onchip: int = plans.MAX_ONCHIP):
+def softmax_backward_impl(dy: torch.Tensor, y: torch.Tensor, plan: launch_plans.RowPlan | None = None,
+                          max_onchip: int = launch_plans.MAX_ONCHIP):
     return softmax_backward_run(dy, y, plan, max_onchip)[0]
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fusebench.cases.base import get_case
-from fusebench.kernels import plans
+from fusebench.kernels import launch_plans
 from fusebench.measure.timing import TimingSettings
 import fusebench.kernels.horizontal as khor
 import fusebench.kernels.norms as knorm
@@ -99,11 +99,11 @@ def checked(name, out, args, plan):
 
 # Looped plans forced at small sizes (3 rows of 700 columns)
 LONG_PLANS = {
-    "loop": plans.loop_plan(64, 4),
-    "loop_capped": plans.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
-    "loop_pipelined": plans.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
-    "loop_prefetched": plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
-    "loop_one_step": plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
+    "loop": launch_plans.loop_plan(64, 4),
+    "loop_capped": launch_plans.loop_plan(64, 4, grid=2),  # fewer programs than rows: each takes several
+    "loop_pipelined": launch_plans.loop_plan(64, 4, grid=2, stages=3),  # tl.range(num_stages=3) passes
+    "loop_prefetched": launch_plans.loop_plan(64, 4, grid=2, stages=1),  # next step's loads issued early, in registers
+    "loop_one_step": launch_plans.loop_plan(1024, 4),  # each pass one (masked) step over the whole row
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fusebench.cases.base import get_case
-from fusebench.kernels import plans
+from fusebench.kernels import launch_plans
 import fusebench.kernels.horizontal as khor
 import fusebench.kernels.pointwise as kpw
 from kernel_checks import DEVICE, HORIZONTAL, IMPL, LONG_PLANS, ON_GPU, check, check_plan, inputs, strided
@@ -16,12 +16,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 HORIZONTAL_PLANS = {
     **LONG_PLANS,
-    "split": plans.split_plan(700, 64),  # 11 programs per row, the last one ragged
-    "split_evict_first": dataclasses.replace(plans.split_plan(700, 64), evict_first=True),
+    "split": launch_plans.split_plan(700, 64),  # 11 programs per row, the last one ragged
+    "split_evict_first": dataclasses.replace(launch_plans.split_plan(700, 64), evict_first=True),
     # several rows side by side in the looped plans
-    "loop_rows": plans.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
-    "loop_rows_pipelined": plans.loop_plan(128, 4, rows=4, grid=1, stages=2),
-    "loop_evict_first": dataclasses.replace(plans.loop_plan(64, 4), evict_first=True),
+    "loop_rows": launch_plans.loop_plan(64, 4, rows=2),  # 3 rows: the second group is ragged
+    "loop_rows_pipelined": launch_plans.loop_plan(128, 4, rows=4, grid=1, stages=2),
+    "loop_evict_first": dataclasses.replace(launch_plans.loop_plan(64, 4), evict_first=True),
 }
 
 
@@ -53,7 +53,7 @@ def test_split_counters_are_reset():
     again = khor.horizontal_reduction_reduction_impl(a, plan=HORIZONTAL_PLANS["split"])
     check("horizontal_reduction_reduction", again, (a,))
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
-    assert int(plans.zeroed_counters(a.device, 5)[:5].abs().sum()) == 0
+    assert int(launch_plans.zeroed_counters(a.device, 5)[:5].abs().sum()) == 0
 
 
 @pytest.mark.parametrize("plan", kpw.TRANSPOSED_PLANS[:2] + kpw.TRANSPOSED_SMALL_PLANS,
@@ -66,7 +66,7 @@ def test_transposed_output_is_row_major(plan):
 
 
 @pytest.mark.parametrize("shape", [(70, 130), (33, 257)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("plan", kpw.TRANSPOSED_COLUMN_MAJOR_PLANS + [plans.TilePlan(16, 32, 4, group_m=3, out_t=True)],
+@pytest.mark.parametrize("plan", kpw.TRANSPOSED_COLUMN_MAJOR_PLANS + [launch_plans.TilePlan(16, 32, 4, group_m=3, out_t=True)],
                          ids=lambda p: f"{p.block_m}x{p.block_n}g{p.group_m}")
 def test_transposed_column_major_output(plan, shape):
     # eager's layout: stored (N, M), so the result's transpose is contiguous; odd M (33) leaves
@@ -112,7 +112,7 @@ def test_transposed_grouped_order_covers_every_tile(group_m):
     # 70 rows in 16-row blocks: 5 row blocks, so the last group is ragged for 2 and 3, and one
     # short group holds them all for 8; each tile must still be written exactly once.
     args = inputs("bias_dropout_add_transposed", (70, 130), torch.float32, seed=5)
-    out = kpw.bias_dropout_add_transposed_impl(*args, plan=plans.TilePlan(16, 32, 4, group_m=group_m))
+    out = kpw.bias_dropout_add_transposed_impl(*args, plan=launch_plans.TilePlan(16, 32, 4, group_m=group_m))
     check("bias_dropout_add_transposed", out, args)
 
 
@@ -127,7 +127,7 @@ def test_transposed_small_tensors_get_small_tiles():
 def test_elementwise_2d_tiles(name):
     # Non-flattened tiles (as for strided inputs) with ragged edges in both directions.
     args = inputs(name, (37, 45), torch.float16)
-    check(name, IMPL[name](*args, plan=plans.TilePlan(8, 16, 4)), args)
+    check(name, IMPL[name](*args, plan=launch_plans.TilePlan(8, 16, 4)), args)
 
 
 def test_gelu_saturates():
@@ -140,18 +140,18 @@ def test_gelu_saturates():
 
 
 def test_tile_2d_plans():
-    assert plans.tile_2d_plans(1, 10**6)[0] == plans.TilePlan(1, 8192, 16)
-    assert plans.tile_2d_plans(65536, 128)[0] == plans.TilePlan(64, 128, 16)
-    assert plans.tile_2d_plans(3, 5)[0].block_m == 4
+    assert launch_plans.tile_2d_plans(1, 10**6)[0] == launch_plans.TilePlan(1, 8192, 16)
+    assert launch_plans.tile_2d_plans(65536, 128)[0] == launch_plans.TilePlan(64, 128, 16)
+    assert launch_plans.tile_2d_plans(3, 5)[0].block_m == 4
     # a small tensor: only small tiles (most programs), not one program holding it all
-    assert plans.tile_2d_plans(1, 16384, min_programs=132) == [plans.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
-    assert len(plans.tile_2d_plans(1, 2**24, min_programs=132)) == 4
+    assert launch_plans.tile_2d_plans(1, 16384, min_programs=132) == [launch_plans.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
+    assert len(launch_plans.tile_2d_plans(1, 2**24, min_programs=132)) == 4
     # one spread tile left (256 programs of 1024): the smaller ones join it
-    assert plans.tile_2d_plans(1, 2**18, min_programs=132) == [plans.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
+    assert launch_plans.tile_2d_plans(1, 2**18, min_programs=132) == [launch_plans.TilePlan(1, n, 4) for n in (1024, 512, 256, 128)]
 
 
-@pytest.mark.parametrize("plan,kind", [(plans.TilePlan(4, 64, 4), "both"), (plans.TilePlan(4, 256, 4), "rows"),
-                                       (plans.TilePlan(64, 64, 4), "cols")])
+@pytest.mark.parametrize("plan,kind", [(launch_plans.TilePlan(4, 64, 4), "both"), (launch_plans.TilePlan(4, 256, 4), "rows"),
+                                       (launch_plans.TilePlan(64, 64, 4), "cols")])
 def test_element_wise_tiles_on_each_grid_kind(plan, kind):
     # _tile's three index paths (2-D grid, programs along rows only, along columns only) on a view
     # with a row stride of 300 and a ragged last tile each way
@@ -173,4 +173,4 @@ def test_element_wise_hinted_candidates_only_for_small_traffic():
 @pytest.mark.parametrize("name", ["pointwise_chain", "bias_gelu", "bias_dropout_add"])
 def test_element_wise_hinted_loads(name, evict):
     args = inputs(name, (33, 130), torch.float32, seed=7)
-    check(name, IMPL[name](*args, plan=plans.TilePlan(8, 64, 4, evict=evict)), args)
+    check(name, IMPL[name](*args, plan=launch_plans.TilePlan(8, 64, 4, evict=evict)), args)

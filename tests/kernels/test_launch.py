@@ -85,7 +85,7 @@ import fusebench.kernels.horizontal as khor  # noqa: E402
 import fusebench.kernels.norms as knorm  # noqa: E402
 import fusebench.kernels.pointwise as kpw  # noqa: E402
 import fusebench.kernels.softmax as ksm  # noqa: E402
-from fusebench.kernels import exchange, launch, plans, rowwise, tuning  # noqa: E402
+from fusebench.kernels import exchange, launch, launch_plans, rowwise, tuning  # noqa: E402
 from kernel_checks import ALL, IMPL, check, fresh_launchers, inputs, strided  # noqa: E402
 
 
@@ -101,7 +101,7 @@ def spies(monkeypatch):
     spy(tuning, "autotune")  # the row-wise kernels'
     for module in (kpw, khor):
         spy(module, "autotune")
-    spy(plans, "row_plans")  # every row-wise op's candidates
+    spy(launch_plans, "row_plans")  # every row-wise op's candidates
     spy(khor, "row_plans")
     spy(kpw, "tile_2d_plans")  # element_wise_plans'
     spy(kpw, "num_sms")  # element_wise_plans' and transposed_plans'
@@ -154,7 +154,7 @@ def test_another_key_gets_its_own_launcher(layout, spies):
 def test_a_forced_plan_is_part_of_the_key(spies):
     caches = fresh_launchers()
     args = inputs("layernorm", (3, 700), torch.float32, seed=5)
-    forced = plans.loop_plan(64, 4)
+    forced = launch_plans.loop_plan(64, 4)
     for _ in range(2):
         out, plan = rowwise.run(knorm.LAYERNORM, args[:1], args[1:], lambda: [], forced, "")
         check("layernorm", out, args)
@@ -169,7 +169,7 @@ def test_cooperative_launcher_keeps_its_exchange_buffer():
     # one program per row (the interpreter runs programs one after another), two rounds a launch:
     # each call moves the epoch of the buffer its launcher holds past two tags
     caches = fresh_launchers()
-    plan = plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)
+    plan = launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)
     sync = exchange.exchange_buffer(DEVICE, 2)
     for seed in (1, 2):
         epoch = int(sync[0])
@@ -296,7 +296,7 @@ def test_a_repeated_call_only_allocates_its_outputs_and_launches(name, monkeypat
             spy(owner, attr)
     spy(tuning.Tuner, "autotune")
     spy(triton.runtime.Autotuner, "run")
-    spy(plans, "row_plans")
+    spy(launch_plans, "row_plans")
     args = get_case(name).make_inputs(shape, torch.float32, "cpu", 1)  # new tensors, the same key
     events.clear()
     fn(*args)

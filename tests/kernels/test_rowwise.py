@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fusebench.cases.base import get_case
-from fusebench.kernels import KERNELS, exchange, plans, rowops, rowwise
+from fusebench.kernels import KERNELS, exchange, launch_plans, rowops, rowwise
 import fusebench.kernels.norms as knorm
 import fusebench.kernels.softmax as ksm
 from kernel_checks import DEVICE, IMPL, LONG_PLANS, TWO_PASS, check, check_plan, checked, gpu, inputs, strided
@@ -42,9 +42,9 @@ def test_long_rows_with_row_stride(name, mode):
 
 
 STREAM_PLANS = {
-    "stream": plans.RowPlan("stream", 1, 64, 4, grid=2),  # 11 steps per pass, the last ragged; 2 rows for one program
-    "stream_two_chunks": plans.RowPlan("stream", 1, 512, 4, grid=2),  # no whole middle chunks in pass 2
-    "stream_one_chunk": plans.RowPlan("stream", 1, 1024, 4, grid=4),  # a row in one step; a program with no row
+    "stream": launch_plans.RowPlan("stream", 1, 64, 4, grid=2),  # 11 steps per pass, the last ragged; 2 rows for one program
+    "stream_two_chunks": launch_plans.RowPlan("stream", 1, 512, 4, grid=2),  # no whole middle chunks in pass 2
+    "stream_one_chunk": launch_plans.RowPlan("stream", 1, 1024, 4, grid=4),  # a row in one step; a program with no row
 }
 
 
@@ -60,8 +60,8 @@ def test_stream_plans(name, mode, dtype, layout):
 
 
 REREAD_PLANS = {
-    "reread": plans.RowPlan("reread", 1, 256, 4, grid=2, block_n2=64),  # 3 first-pass steps, 11 second
-    "reread_one_step": plans.RowPlan("reread", 1, 1024, 4, grid=4, block_n2=128),  # a row in one step
+    "reread": launch_plans.RowPlan("reread", 1, 256, 4, grid=2, block_n2=64),  # 3 first-pass steps, 11 second
+    "reread_one_step": launch_plans.RowPlan("reread", 1, 1024, 4, grid=4, block_n2=128),  # a row in one step
 }
 
 
@@ -76,11 +76,11 @@ def test_reread_plans(name, mode, layout):
 
 
 EVEN_PLANS = {
-    "tile_one_row": plans.RowPlan("tile", 1, 512, 4),
-    "tile_rows": plans.RowPlan("tile", 2, 512, 4),  # 3 rows: the second program's row mask stays
-    "loop": plans.loop_plan(128, 4),  # 4 steps per pass
-    "loop_one_step": plans.loop_plan(512, 4, grid=2),  # a pass in one step, 2 programs for 3 rows
-    "loop_prefetched": plans.loop_plan(128, 4, grid=2, stages=1),  # keeps its masks: not EVEN
+    "tile_one_row": launch_plans.RowPlan("tile", 1, 512, 4),
+    "tile_rows": launch_plans.RowPlan("tile", 2, 512, 4),  # 3 rows: the second program's row mask stays
+    "loop": launch_plans.loop_plan(128, 4),  # 4 steps per pass
+    "loop_one_step": launch_plans.loop_plan(512, 4, grid=2),  # a pass in one step, 2 programs for 3 rows
+    "loop_prefetched": launch_plans.loop_plan(128, 4, grid=2, stages=1),  # keeps its masks: not EVEN
 }
 
 
@@ -95,8 +95,8 @@ def test_softmax_backward_unmasked_steps(mode, layout):
 
 def test_softmax_backward_candidates_include_inductors_loop():
     cands = ksm.softmax_backward_plans(1024, 32768, DEVICE)
-    assert plans.loop_plan(32768, 32) in cands and len(cands) == len(set(cands))
-    assert plans.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
+    assert launch_plans.loop_plan(32768, 32) in cands and len(cands) == len(set(cands))
+    assert launch_plans.loop_plan(32768, 32) not in ksm.softmax_backward_plans(1024, 8192, DEVICE)
 
 
 @pytest.mark.parametrize("prefetch, stages", [(False, None), (True, None), (False, 2)],
@@ -111,7 +111,7 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch, stages):
     sync = exchange.exchange_buffer(args[0].device, 2)
     epoch = int(sync[0])
     # two rows at a time: 2 rounds (the interpreter runs the staged plan's loop as written, unpipelined)
-    plan = plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch, stages=stages)
+    plan = launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2, prefetch=prefetch, stages=stages)
     check(name, IMPL[name](*args, plan=plan), args)
     # the last program moved the epoch past the launch's two tags and reset the count of finished programs
     assert (int(sync[0]), int(sync[1])) == (epoch + 3, 0)
@@ -123,8 +123,8 @@ def test_cooperative_kernels_one_program_per_row(name, prefetch, stages):
 def test_layernorm_cooperative_weight_held_or_reloaded(block_n, held):
     # At one warp, 32 values a thread hold weight and bias across rounds under the register cap
     # of the interpreter's grid (248); 128 do not (see norms.layernorm_holds_wb).
-    plan = plans.RowPlan("coop", 1, block_n, 1, splits=1, grid=2)
-    cap = plans.coop_launch_args(plan, DEVICE)["maxnreg"]
+    plan = launch_plans.RowPlan("coop", 1, block_n, 1, splits=1, grid=2)
+    cap = launch_plans.coop_launch_args(plan, DEVICE)["maxnreg"]
     assert knorm.layernorm_holds_wb(plan.block_n, plan.num_warps, cap, False) == held
     args = inputs("layernorm", (5, 700), torch.float32, seed=11)
     check("layernorm", knorm.layernorm_impl(*args, plan=plan), args)
@@ -135,11 +135,11 @@ def test_layernorm_note_says_whether_weight_and_bias_are_held(monkeypatch):
     # (norms.layernorm_holds_wb), as the registered kernel's describe_plan; other plans as before.
     from fusebench.impls import get_impl
 
-    held = plans.RowPlan("coop", 1, 1024, 1, splits=1, grid=2)  # 32 values a thread under a 248 cap
-    reread = plans.RowPlan("coop", 1, 4096, 1, splits=1, grid=2)  # 128 values a thread
+    held = launch_plans.RowPlan("coop", 1, 1024, 1, splits=1, grid=2)  # 32 values a thread under a 248 cap
+    reread = launch_plans.RowPlan("coop", 1, 4096, 1, splits=1, grid=2)  # 128 values a thread
     assert knorm.describe_layernorm_plan(held, DEVICE) == held.describe()[:-1] + ", weight and bias held)"
     assert knorm.describe_layernorm_plan(reread, DEVICE).endswith(", weight and bias re-read)")
-    tile = plans.tile_plan(3, 700, DEVICE)
+    tile = launch_plans.tile_plan(3, 700, DEVICE)
     assert knorm.describe_layernorm_plan(tile, DEVICE) == tile.describe()
     # the note after a run names the plan the kernel's run() returned (as if the tuner had kept it)
     monkeypatch.setattr(KERNELS["layernorm"], "run", lambda *a: (knorm.layernorm_impl(*a, plan=held), held))
@@ -157,7 +157,7 @@ def test_cooperative_epoch_starts_again_near_the_limit():
     sync = exchange.exchange_buffer(args[0].device, 2)
     sync[0] = 2**30 - 2
     sync[2 + 6 * exchange.SLOT_WORDS] = 2**30 << 32  # a word of a program this launch does not have
-    check("softmax", IMPL["softmax"](*args, plan=plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)), args)
+    check("softmax", IMPL["softmax"](*args, plan=launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)), args)
     assert int(sync[0]) == 0 and int(sync[2:].abs().sum()) == 0
 
 @pytest.mark.parametrize("name", TWO_PASS)
@@ -176,7 +176,7 @@ def test_run_returns_the_plan_it_launched(name):
     cands = PLANS[name](3, 300, DEVICE)
     # no tuning off the GPU: the heuristic's plan; on a GPU the tuner's choice among the candidates
     assert plan == cands[0] if torch.device(DEVICE).type == "cpu" else plan in cands
-    forced = plans.loop_plan(64, 4)
+    forced = launch_plans.loop_plan(64, 4)
     out, plan = rowwise.run(OPS[name], args[:OPS[name].inputs], args[OPS[name].inputs:], lambda: [], forced, "")
     assert plan == forced
     check(name, out, args)
@@ -191,7 +191,7 @@ def test_each_op_offers_only_the_modes_it_has(name):
     assert ("reread" in modes) == (name in ("layernorm", "double_softmax"))
     args = inputs(name, (3, 300), torch.float32)
     with pytest.raises(ValueError, match="no split plan"):
-        IMPL[name](*args, plan=plans.split_plan(300, 64))
+        IMPL[name](*args, plan=launch_plans.split_plan(300, 64))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_tiles_take_64_bit_offsets_only_past_2_to_the_31():
     assert rowops.wide_offsets((32768, 65536, 65536, 1, 65536, 1, 65536), 1)  # 2**31 elements
     assert rowops.wide_offsets((1000, 100, 100, 1, 3_000_000, 1, 100), 4)  # b's rows far apart
     assert rowops.wide_offsets((10, 10, 10, 1, 10, -300_000_000, 10), 1)  # a reversed column stride
-    launch, _ = rowwise._launch_for(ksm.SOFTMAX, (torch.zeros(4, 8),), plans.RowPlan("tile", 2, 8, 1))
+    launch, _ = rowwise._launch_for(ksm.SOFTMAX, (torch.zeros(4, 8),), launch_plans.RowPlan("tile", 2, 8, 1))
     assert launch.constants["WIDE"] is False
 
 
@@ -228,7 +228,7 @@ def test_one_reduction_tiles(name, shape, block_m, dtype, layout):
     x[0, :] = float("-inf")
     x[0, 3] = 1.0
     x[1, : shape[1] // 2] = float("-inf")
-    plan = plans.RowPlan("tile", block_m, plans.next_pow2(shape[1]), 4, one_reduction=True)
+    plan = launch_plans.RowPlan("tile", block_m, launch_plans.next_pow2(shape[1]), 4, one_reduction=True)
     run = ksm.softmax_run if name == "softmax" else ksm.double_softmax_run
     y, ran = run(strided(x, layout) if layout != "contiguous" else x, plan=plan)
     assert ran.one_reduction and "one reduction" in ran.describe()
@@ -236,7 +236,7 @@ def test_one_reduction_tiles(name, shape, block_m, dtype, layout):
 
 
 def test_one_reduction_tiles_are_candidates_of_long_rows_only():
-    plain = plans.row_plans(512, 16384, "cpu")
+    plain = launch_plans.row_plans(512, 16384, "cpu")
     one = [p for p in ksm.softmax_plans(512, 16384, "cpu") if p.one_reduction]
     assert not any(p.one_reduction for p in plain) and one
     assert {dataclasses.replace(p, one_reduction=False) for p in one} == {p for p in plain if p.block_m == 1}
@@ -246,7 +246,7 @@ def test_one_reduction_tiles_are_candidates_of_long_rows_only():
         {(32768, 16), (32768, 32)}
     with pytest.raises(ValueError, match="no one-reduction tile"):
         rowwise._launch_for(knorm.LAYERNORM, (torch.zeros(4, 8),),
-                            plans.RowPlan("tile", 1, 8, 1, one_reduction=True))
+                            launch_plans.RowPlan("tile", 1, 8, 1, one_reduction=True))
 
 
 @pytest.mark.parametrize("mode", ["tile", "tile-prefetch", "loop", "stream", "reread", "coop"])
@@ -255,7 +255,7 @@ def test_layernorm_large_mean(mode):
     x, w, b = inputs("layernorm", (3, 700), torch.float32, seed=6)
     x = x + 1000.0
     plan = {"loop": LONG_PLANS["loop"], "stream": STREAM_PLANS["stream"], "reread": REREAD_PLANS["reread"],
-            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.tile_plan(3, 700, DEVICE)
+            "coop": launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or launch_plans.tile_plan(3, 700, DEVICE)
     plan = dataclasses.replace(plan, prefetch=mode == "tile-prefetch")
     check("layernorm", knorm.layernorm_impl(x, w, b, plan=plan), (x, w, b))
 
@@ -268,7 +268,7 @@ def test_layernorm_saves_row_statistics(mode):
     x, w, b = inputs("layernorm", (5, 700), torch.float32, seed=8)
     x = x * 3 + 100.0
     plan = {"loop": LONG_PLANS["loop"], "stream": STREAM_PLANS["stream"], "reread": REREAD_PLANS["reread"],
-            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.RowPlan(
+            "coop": launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or launch_plans.RowPlan(
                 "tile", 4, 1024, 4, prefetch=mode == "tile-prefetch")
     (y, stats), ran = knorm.layernorm_run(x, w, b, plan=plan, save=True)
     assert ran == plan
@@ -315,57 +315,57 @@ def test_cooperative_candidates_staged_where_shared_memory_fits(monkeypatch):
     # (not its prefetching copy), except where the buffers of its programs per SM do not fit --
     # softmax_backward stages two inputs, which fits at 1-2 programs an SM (8192 and 4096 at 16 warps)
     # and not at 4; in bf16, half the bytes, 4096-column chunks at 4 an SM fit too.
-    monkeypatch.setattr(plans, "coop_enabled", lambda device: True)
-    monkeypatch.setattr(plans, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch_plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(launch_plans, "num_sms", lambda device: 132)
     def staged(cands):
         return [p for p in cands if p.mode == "coop" and p.stages]
 
-    assert len(staged(knorm.layernorm_plans(512, 65536, "cpu"))) == len(plans.COOP_SHAPES)
+    assert len(staged(knorm.layernorm_plans(512, 65536, "cpu"))) == len(launch_plans.COOP_SHAPES)
     assert not any(p.prefetch for p in staged(knorm.layernorm_plans(512, 65536, "cpu")))
     shapes = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu"))}
     assert shapes == {(8192, 16), (4096, 16)}
     bf16 = {(p.block_n, p.num_warps) for p in staged(ksm.softmax_backward_plans(512, 65536, "cpu", elem_size=2))}
     assert {(4096, 4), (4096, 2)} <= bf16
     # the fit itself: 4 programs x (2 stages x 4096 x 4 bytes x 2 inputs + 2 KiB) > 227 KiB
-    four = dataclasses.replace(plans.coop_plan(512, 65536, "cpu", 4096, 4, 4), stages=2)
-    assert plans.coop_stages_fit(four, "cpu", 4, 1) and not plans.coop_stages_fit(four, "cpu", 4, 2)
+    four = dataclasses.replace(launch_plans.coop_plan(512, 65536, "cpu", 4096, 4, 4), stages=2)
+    assert launch_plans.coop_stages_fit(four, "cpu", 4, 1) and not launch_plans.coop_stages_fit(four, "cpu", 4, 2)
 
 
 def test_row_plans_heuristic():
-    assert plans.row_plans(4096, 4096, "cpu")[0].mode == "tile"
-    assert plans.row_plans(4096, 16384, "cpu")[0].block_n == 16384
-    assert plans.row_plans(4, 65536, "cpu", splits=True)[0].mode == "split"  # few rows: all SMs busy
-    assert plans.row_plans(4, 65536, "cpu")[0].mode == "loop"  # (the row-wise ops have no split plans)
-    assert plans.row_plans(4096, 65536, "cpu")[0].mode == "loop"  # many rows: two passes each
+    assert launch_plans.row_plans(4096, 4096, "cpu")[0].mode == "tile"
+    assert launch_plans.row_plans(4096, 16384, "cpu")[0].block_n == 16384
+    assert launch_plans.row_plans(4, 65536, "cpu", splits=True)[0].mode == "split"  # few rows: all SMs busy
+    assert launch_plans.row_plans(4, 65536, "cpu")[0].mode == "loop"  # (the row-wise ops have no split plans)
+    assert launch_plans.row_plans(4096, 65536, "cpu")[0].mode == "loop"  # many rows: two passes each
     # no cooperative plans where programs run one after another
-    assert "coop" not in {p.mode for p in plans.row_plans(4096, 65536, "cpu")}
-    coop = plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
+    assert "coop" not in {p.mode for p in launch_plans.row_plans(4096, 65536, "cpu")}
+    coop = launch_plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2)  # 4 "SMs" x 2 programs: one row at a time
     assert (coop.splits, coop.grid) == (8, 8)
     # its register cap lets two 16-warp programs share an SM's 65536 registers
-    assert plans.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16, STAGES=1,
+    assert launch_plans.coop_launch_args(coop, "cpu") == dict(BLOCK_S=8, PREFETCH=False, WARPS=16, STAGES=1,
                                                     launch_cooperative_grid=True, maxnreg=64)
-    staged = plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, stages=2)  # the next rounds through shared memory
-    assert plans.coop_launch_args(staged, "cpu")["STAGES"] == 2 and "pipelined 2 deep" in staged.describe()
+    staged = launch_plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, stages=2)  # the next rounds through shared memory
+    assert launch_plans.coop_launch_args(staged, "cpu")["STAGES"] == 2 and "pipelined 2 deep" in staged.describe()
     with pytest.raises(ValueError, match="not both"):
-        plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, prefetch=True, stages=2)
-    assert plans.coop_launch_args(plans.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
-    p = plans.row_plans(65536, 128, "cpu")[0]
+        launch_plans.coop_plan(4096, 65536, "cpu", 8192, 16, 2, prefetch=True, stages=2)
+    assert launch_plans.coop_launch_args(launch_plans.coop_plan(64, 32768, "cpu", 8192, 16, 1), "cpu")["maxnreg"] == 128
+    p = launch_plans.row_plans(65536, 128, "cpu")[0]
     assert p.block_m * p.block_n == 4096 and p.num_warps == 8
-    assert plans.split_plan(65536, 4096).splits == 16
+    assert launch_plans.split_plan(65536, 4096).splits == 16
     # layernorm's tiles also come with weight and bias loaded early, where that cannot spill
-    plain = plans.row_plans(512, 8192, "cpu")
-    early = [p for p in plans.row_plans(512, 8192, "cpu", tile_prefetch=True) if p.prefetch]
+    plain = launch_plans.row_plans(512, 8192, "cpu")
+    early = [p for p in launch_plans.row_plans(512, 8192, "cpu", tile_prefetch=True) if p.prefetch]
     assert not any(p.prefetch for p in plain) and early
     assert all(p.block_m * p.block_n <= 16 * 32 * p.num_warps for p in early)
     assert {dataclasses.replace(p, prefetch=False) for p in early} <= set(plain)
 
 
 def test_vector_align():
-    assert plans.vector_align(4, 5000, 5000) == 4  # 16-byte vectors of fp32
-    assert plans.vector_align(2, 5000, 5000) == 8  # of fp16
-    assert plans.vector_align(4, 1030, 1030) == 2
-    assert plans.vector_align(4, 4096, 4109) == 1  # a padded row stride
-    assert plans.vector_align(1, 64) == 16
+    assert launch_plans.vector_align(4, 5000, 5000) == 4  # 16-byte vectors of fp32
+    assert launch_plans.vector_align(2, 5000, 5000) == 8  # of fp16
+    assert launch_plans.vector_align(4, 1030, 1030) == 2
+    assert launch_plans.vector_align(4, 4096, 4109) == 1  # a padded row stride
+    assert launch_plans.vector_align(1, 64) == 16
 
 
 @gpu
@@ -376,7 +376,7 @@ def test_gpu_cooperative_and_streamed_plans(name, shape, dtype):
     # Every cooperative, streamed and re-reading plan the autotuner may choose, forced: programs
     # of a row on different SMs exchanging partials; persistent programs taking several rows each, in
     # big steps (300 rows: several rounds; 70000 and 20000 columns: the last chunk ragged).  Every
-    # cooperative plan fits (its register cap, plans.coop_launch_args).
+    # cooperative plan fits (its register cap, launch_plans.coop_launch_args).
     args = inputs(name, shape, dtype, seed=4)
     cands = [p for p in PLANS[name](*shape, DEVICE, max_onchip=1024, elem_size=args[0].element_size())
              if p.mode in ("coop", "stream", "reread")]
@@ -412,7 +412,7 @@ def test_gpu_cooperative_exchange_repeated(name, shape):
     atol, rtol = case.tolerance(torch.float32)
     cands = [p for p in PLANS[name](*shape, DEVICE) if p.mode == "coop"]
     # each with and without the prefetch, and staged where that fits
-    assert sum(not p.stages for p in cands) == 2 * len(plans.COOP_SHAPES) and any(p.stages for p in cands)
+    assert sum(not p.stages for p in cands) == 2 * len(launch_plans.COOP_SHAPES) and any(p.stages for p in cands)
     for seed in range(3):
         args = inputs(name, shape, torch.float32, seed=10 + seed)
         ref = case.run_reference(args).to(args[0].device)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from fusebench.kernels import plans
+from fusebench.kernels import launch_plans
 
 _SASS_SAMPLE = """
         /*0090*/                   LDG.E.128 R4, desc[UR4][R2.64] ;          /* 0x0000000402047981 */
@@ -70,7 +70,7 @@ def test_unmasked_long_row_plans_do_not_spill():
 @pytest.mark.slow
 def test_cooperative_plans_fit_their_register_cap():
     """Two or four cooperative programs share an SM only under the register cap
-    (plans.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch,
+    (launch_plans.coop_launch_args); under it, ptxas spills at most 8 bytes in the plans without a prefetch,
     staged or not.  Triton 3.6 (the GPU machine's) spills more in two LayerNorm plans, by the
     bytes below; Triton 3.9 does not."""
     import triton
@@ -80,7 +80,7 @@ def test_cooperative_plans_fit_their_register_cap():
         if triton.__version__.startswith("3.6.") else {}
     staged = {k for k in usage if " staged" in k}
     # every shape of each kernel, and staged where its buffers fit (softmax_backward: 2 of them)
-    assert len(usage) - len(staged) == 5 * len(plans.COOP_SHAPES) and len(staged) == 4 * len(plans.COOP_SHAPES) + 2
+    assert len(usage) - len(staged) == 5 * len(launch_plans.COOP_SHAPES) and len(staged) == 4 * len(launch_plans.COOP_SHAPES) + 2
     assert sum(k.endswith("weight held") for k in usage) == 10
     assert {k: v for k, v in usage.items() if v["registers"] > v["cap"] or v["stack"] > spills.get(k, 8)} == {}
     # the staged plans' rounds go through shared memory (cp.async); the others' do not

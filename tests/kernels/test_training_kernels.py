@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fusebench.kernels import plans
+from fusebench.kernels import launch_plans
 from fusebench.kernels import cross_entropy as kce
 from fusebench.kernels import rmsnorm as krms
 from fusebench.kernels import swiglu as ksw
@@ -30,7 +30,7 @@ def test_rmsnorm_forward_and_backward(shape):
     close(dw, dwr)
 
 
-@pytest.mark.parametrize("plan", [plans.loop_plan(64, 4), plans.loop_plan(128, 4, grid=3)])
+@pytest.mark.parametrize("plan", [launch_plans.loop_plan(64, 4), launch_plans.loop_plan(128, 4, grid=3)])
 def test_rmsnorm_looped_rows(plan):
     x, w = torch.randn(7, 301), torch.randn(301)
     close(krms.rmsnorm_impl(x, w, plan=plan), F.rms_norm(x.double(), (301,), w.double(), krms.RMSNORM_EPS))
@@ -44,7 +44,7 @@ def test_rmsnorm_backward_partials_over_several_programs():
     torch.testing.assert_close(dw1, dw7, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("max_onchip", [plans.MAX_ONCHIP, 64])  # one pass, and the long-row path
+@pytest.mark.parametrize("max_onchip", [launch_plans.MAX_ONCHIP, 64])  # one pass, and the long-row path
 @pytest.mark.parametrize("shape", ODD)
 def test_add_rmsnorm_forward_and_backward(shape, max_onchip):
     M, N = shape
@@ -65,7 +65,7 @@ def test_add_rmsnorm_forward_and_backward(shape, max_onchip):
 
 def test_add_rmsnorm_refuses_a_plan_that_cannot_write_the_sum():
     with pytest.raises(ValueError, match="tile plans only"):
-        krms.add_rmsnorm_impl(torch.randn(4, 8), torch.randn(4, 8), torch.randn(8), plan=plans.loop_plan(64, 4))
+        krms.add_rmsnorm_impl(torch.randn(4, 8), torch.randn(4, 8), torch.randn(8), plan=launch_plans.loop_plan(64, 4))
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (17, 999)])
@@ -142,7 +142,7 @@ def test_rmsnorm_backward_long_row_kernels(shape, programs):
         torch.randn(M, N, generator=g)
     _, (dxr, dwr) = grads(lambda a, b: F.rms_norm(a, (N,), b, krms.RMSNORM_EPS), (x.double(), w.double()),
                            (dy.double(),))
-    for onchip in (plans.MAX_ONCHIP, 2):
+    for onchip in (launch_plans.MAX_ONCHIP, 2):
         dx, dw = krms.rmsnorm_backward(dy, x, w, programs=programs, max_onchip=onchip)
         close(dx, dxr)
         close(dw, dwr, tol=1e-4)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from fusebench.cases import get_case
 from fusebench.kernels import layernorm_backward as klnb
-from fusebench.kernels import norms as knorm, plans
+from fusebench.kernels import norms as knorm, launch_plans
 from fusebench.kernels import rmsnorm as krms
 from fusebench.kernels import softmax_autograd as ksa
 from fusebench.runner.cell import measure_cell
@@ -121,7 +121,7 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, saved, m
     # of 512 >= 301 columns) can finish; its exchange is the real one.  13 rows over 4 or 8
     # programs: the last round has rows past M, and the prefetch runs past the last row.  With
     # `saved` the forward's statistics are read instead of recomputed (a wrong one changes dx).
-    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(klnb.launch_plans, "coop_enabled", lambda device: True)
     klnb._PLANS.clear()
     M, N = 13, 301
     g = torch.Generator().manual_seed(N)
@@ -141,7 +141,7 @@ def test_norm_backward_cooperative_kernel_in_teams_of_one(center, coop, saved, m
 
 def test_statistics_saved_where_the_cooperative_kernel_reads_them(monkeypatch):
     # on a GPU (here faked) at 8193-65536 columns; RMSNorm's only for 2-byte inputs
-    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(klnb.launch_plans, "coop_enabled", lambda device: True)
     bf16, fp32 = torch.bfloat16, torch.float32
     for (n, dtype, center), want in [((16384, fp32, True), True), ((16384, bf16, False), True),
                                      ((16384, fp32, False), False), ((8192, bf16, True), False),
@@ -161,7 +161,7 @@ def test_norm_backward_cooperative_only_where_cooperative_launches_run(monkeypat
     # rows of 8193-65536 columns on a GPU; a forced launch shape is ignored where cooperative
     # launches cannot run (the interpreter, FUSEBENCH_COOP=0): the rows-on-chip kernel then
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536)] == [False] * 3
-    monkeypatch.setattr(klnb.plans, "coop_enabled", lambda device: True)
+    monkeypatch.setattr(klnb.launch_plans, "coop_enabled", lambda device: True)
     assert [klnb._coop_rows(n, "cpu") for n in (8192, 8193, 65536, 65537)] == [False, True, True, False]
     # chunks of 512 (fp32: 1024) to 2048 columns, at most 32 a row, at 16 warps an SM
     widths = (8193, 16384, 16385, 32768, 32769, 65536)
@@ -241,8 +241,8 @@ def test_rmsnorm_forward_saves_row_rstd(mode):
     # save=True: the output as without it, and each row's rstd; the tile's second program has
     # rows past M.
     x, w = torch.randn(5, 700) * 3, torch.randn(700)
-    plan = {"loop": plans.loop_plan(64, 4), "stream": plans.RowPlan("stream", 1, 256, 4, grid=2),
-            "coop": plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or plans.RowPlan("tile", 4, 1024, 4)
+    plan = {"loop": launch_plans.loop_plan(64, 4), "stream": launch_plans.RowPlan("stream", 1, 256, 4, grid=2),
+            "coop": launch_plans.RowPlan("coop", 1, 1024, 4, splits=1, grid=2)}.get(mode) or launch_plans.RowPlan("tile", 4, 1024, 4)
     (y, stats), ran = krms.rmsnorm_run(x, w, plan=plan, save=True)
     assert ran == plan and stats.shape == (5, 1)
     torch.testing.assert_close(y, krms.rmsnorm_run(x, w, plan=plan)[0], rtol=1e-5, atol=1e-5)

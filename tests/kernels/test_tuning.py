@@ -47,7 +47,7 @@ def test_tuner_returns_the_fastest_candidate_and_caches_it_on_disk(tmp_path):
 
 
 def test_cached_dataclass_choice_round_trips_only_as_a_candidate(tmp_path):
-    from fusebench.kernels.plans import RowPlan, loop_plan, stream_plan
+    from fusebench.kernels.launch_plans import RowPlan, loop_plan, stream_plan
 
     cands = [loop_plan(4096, 8), stream_plan("cpu", 8192, 16), RowPlan("coop", 1, 8192, 16, 8, 64, True)]
     timer, _ = fake_times({c: t for c, t in zip(cands, (3.0, 2.0, 1.0))})
