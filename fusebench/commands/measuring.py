@@ -265,7 +265,7 @@ def show(
     from fusebench.cases import get_case, load_plugin, parse_dtype, parse_shape
     from fusebench.env import best_device
     from fusebench.impls import get_impl
-    from fusebench.metrics.show import print_show, show_cell
+    from fusebench.runner.show import print_show, show_cell
     from fusebench.store import default_db_path
 
     from fusebench.store import Store

@@ -40,7 +40,7 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def __getattr__(name: str):
-    # metrics/show.py clears CELL_DATA after its one cell; measure_cell without a WorkerState keeps
+    # runner/show.py clears CELL_DATA after its one cell; measure_cell without a WorkerState keeps
     # nothing, so the name gives a fresh, empty CellData (to be removed with that call).
     if name == "CELL_DATA":
         return CellData()

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import fusebench
 from fusebench.ceilings import format_ceilings, format_value
 from fusebench.cli import app
-from fusebench.metrics.show import PROFILER_CHATTER, code_excerpt, without_profiler_chatter
+from fusebench.runner.show import PROFILER_CHATTER, code_excerpt, without_profiler_chatter
 
 runner = CliRunner()
 
