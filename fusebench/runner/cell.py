@@ -25,7 +25,7 @@ from fusebench.metrics import MetricContext, get_metric
 from fusebench.runner.mode_call import ModeCall, retained_graph_context
 from fusebench.runner.modes import applies_in, case_in_mode
 from fusebench.runner.plan import Cell, cpu_dtype
-from fusebench.runner.worker_state import CellData, WorkerState
+from fusebench.runner.worker_state import WorkerState
 from fusebench.store import now
 from fusebench.util import first_line
 
@@ -37,14 +37,6 @@ def is_oom(exc: BaseException) -> bool:
         return True
     msg = str(exc)
     return "out of memory" in msg or "DefaultCPUAllocator: can't allocate" in msg
-
-
-def __getattr__(name: str):
-    # runner/show.py clears CELL_DATA after its one cell; measure_cell without a WorkerState keeps
-    # nothing, so the name gives a fresh, empty CellData (to be removed with that call).
-    if name == "CELL_DATA":
-        return CellData()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def predicted_bytes(case, shape, dtype) -> int | None:

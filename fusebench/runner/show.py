@@ -149,7 +149,7 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     from fusebench.cases import DTYPE_NAMES, shape_str
     from fusebench.ceilings import device_name
     from fusebench.measure.timing import TimingSettings
-    from fusebench.runner.cell import CELL_DATA, measure_cell
+    from fusebench.runner.cell import measure_cell
     from fusebench.runner.plan import Cell
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -167,7 +167,6 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
                                metrics=tuple(families), db_path=db_path, keep=keep)
     finally:
         apply_threads(before)
-    CELL_DATA.clear()  # the caller's process keeps no inputs or references
     result: dict = {"cell": {"case": case.name, "impl": impl.name, "shape": shape_str(shape),
                              "dtype": row["dtype"], "device": device, "device_name": device_name(device)},
                     "status": row["status"], "reason": row.get("reason"), "row": row,
