@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "fusebench"
 LAYERS: list[set[str]] = [
     {"util", "settings", "version", "catalog"},
     {"store", "measure"},
-    {"device_peaks", "ceilings"},
+    {"device_peaks"},
     {"cases"},
     {"kernels", "fusion"},
     {"impls"},

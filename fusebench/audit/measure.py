@@ -208,7 +208,7 @@ def device_ceilings(request: AuditRequest, db_path: str | None) -> tuple[dict, s
     import torch
 
     from fusebench.cases import DTYPES
-    from fusebench.ceilings import MATMUL_CEILING, device_name, load_ceilings, measure_copy_bw, measure_matmul
+    from fusebench.device_peaks import MATMUL_CEILING, device_name, load_ceilings, measure_copy_bw, measure_matmul
 
     dtype = DTYPES.get(request.dtype or "", torch.float32)
     stored = load_ceilings(db_path, device_name(request.device)) if db_path else {}

@@ -292,7 +292,7 @@ def ceilings(
     device: Optional[str] = typer.Option(None, help="cpu | cuda (default: CUDA if present)."),
 ):
     """Measure this device's copy bandwidth and matmul peaks (the roofline's ceilings) and store them."""
-    from fusebench.ceilings import format_ceilings, run_ceilings
+    from fusebench.device_peaks import format_ceilings, run_ceilings
     from fusebench.env import best_device
     from fusebench.store import default_db_path
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fusebench.ceilings import MATMUL_CEILING, device_name, load_ceilings
+from fusebench.device_peaks import MATMUL_CEILING, device_name, load_ceilings
 from fusebench.metrics import MetricContext, metric
 from fusebench.metrics._util import first_line, na
 

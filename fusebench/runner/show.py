@@ -147,7 +147,7 @@ def show_cell(case, impl, shape, dtype=None, device: str | None = None, with_ncu
     here (the implementation is unavailable or refuses it, it cannot fit) raises CannotRunHere, a
     ValueError, before anything is measured."""
     from fusebench.cases import DTYPE_NAMES, shape_str
-    from fusebench.ceilings import device_name
+    from fusebench.device_peaks import device_name
     from fusebench.measure.timing import TimingSettings
     from fusebench.runner.cell import measure_cell
     from fusebench.runner.plan import Cell

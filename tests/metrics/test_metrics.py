@@ -361,7 +361,7 @@ def test_flops_not_counted_for_softmax():
 
 
 def test_ceilings_store_roundtrip_and_roofline(tmp_path):
-    from fusebench.ceilings import device_name, load_ceilings, store_ceilings
+    from fusebench.device_peaks import device_name, load_ceilings, store_ceilings
     from fusebench.metrics.roofline import roofline
 
     db = str(tmp_path / "fb.db")
@@ -391,7 +391,7 @@ def test_ceilings_store_roundtrip_and_roofline(tmp_path):
 
 
 def test_measure_ceilings_cpu_small(tmp_path):
-    from fusebench.ceilings import load_ceilings, measure_ceilings, store_ceilings
+    from fusebench.device_peaks import load_ceilings, measure_ceilings, store_ceilings
 
     c = measure_ceilings("cpu", cpu_matmul_n=256, copy_bytes=8 << 20)
     assert c["copy_bw"]["value"] > 0 and c["matmul_fp32"]["value"] > 0

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 import fusebench
-from fusebench.ceilings import format_ceilings, format_value
+from fusebench.device_peaks import format_ceilings, format_value
 from fusebench.cli import app
 from fusebench.runner.show import PROFILER_CHATTER, code_excerpt, without_profiler_chatter
 
