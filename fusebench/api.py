@@ -365,17 +365,47 @@ def _resume_plan(store: Store, run_id: int, timing: TimingSettings | None, redo:
     return [c for c in cells if c.key() not in done], timing, metrics
 
 
-def results(run_id: int | None = None, db: str | None = None, raw: bool = False) -> pd.DataFrame:
+def results(run_id: int | None = None, db: str | None = None, raw: bool = False,
+            table: str | None = None) -> pd.DataFrame:
     """The rows of one run (default: the latest) as a DataFrame, each with the run's identity (run
     id, device, torch, Triton, commit) and a numeric column per shape axis (docs/columns.md).
-    `raw=True`: the stored rows alone."""
+    `raw=True`: the stored rows alone.
+
+    An audit's rows are those of one of its tables (`table`): "regions" (the default: the memory-bound
+    regions, largest gap first), "kernels" or "steps" (one row per compile mode), each with the run
+    id, model, mode and dtype; `attrs["audit"]` holds the whole AuditResult."""
     store = Store.open(db or default_db_path(), create=False)
     try:
         if raw:
             return store.cells(run_id)
-        return _with_run(store, store.latest_run() if run_id is None else run_id)
+        rid = store.latest_run() if run_id is None else run_id
+        from fusebench.audit.store import is_audit
+
+        if is_audit(store, rid):
+            return _audit_rows(store, rid, table or "regions")
+        if table not in (None, "cells"):
+            raise ValueError(f"run {rid} is a run of cells: its table is 'cells', not {table!r}")
+        return _with_run(store, rid)
     finally:
         store.close()
+
+
+AUDIT_TABLES = ("regions", "kernels", "steps")
+
+
+def _audit_rows(store: Store, run_id: int, table: str) -> pd.DataFrame:
+    from fusebench.audit.store import load
+
+    if table not in AUDIT_TABLES:
+        raise ValueError(f"run {run_id} is an audit: table is one of {', '.join(AUDIT_TABLES)}, not {table!r}")
+    result = load(store, run_id)
+    rows = result.opportunities() if table == "regions" else getattr(result, table)
+    df = pd.DataFrame([dataclasses.asdict(r) for r in rows])
+    for i, (name, value) in enumerate((("run_id", run_id), ("model", result.model), ("mode", result.mode),
+                                       ("dtype", result.dtype))):
+        df.insert(i, name, value)
+    df.attrs.update(run_id=run_id, db=store.path, audit=result)
+    return df
 
 
 __all__ = ["run", "run_request", "RunRequest", "results", "StoreError"]

@@ -212,3 +212,11 @@ def test_an_implementation_marked_in_a_plugin_file_is_registered(tmp_path):
             is get_case("softmax").fn
     finally:
         catalog.reset()
+
+
+def test_a_module_that_fails_to_import_is_named_by_list_and_the_rest_loads(ops_package):
+    ops_package("toyops_broken", {"scale": TOY, "broken": "raise RuntimeError('no such library')\n"})
+    r = CliRunner().invoke(app, ["list"])
+    assert r.exit_code == 0, r.output
+    assert "toy_scale" in r.output and "softmax" in r.output
+    assert "not loaded: toyops_broken.broken: RuntimeError: no such library" in r.output

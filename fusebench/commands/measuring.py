@@ -50,6 +50,10 @@ def list_cmd(plugin: Optional[List[str]] = typer.Option(None, help="Python file 
     for impl in all_impls():
         t.add_row(as_text(impl.name), as_text(impl.description), as_text(_availability(impl, device)))
     out.print(t)
+    from fusebench.catalog import CATALOG
+
+    for module, error in sorted(CATALOG.load().errors.items()):  # what it declares is missing above
+        err.print(f"not loaded: {module}: {(error.splitlines() or [''])[0]}", highlight=False, markup=False)
 
 
 def _arguments(fn) -> str:

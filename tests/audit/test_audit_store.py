@@ -125,3 +125,23 @@ def test_copying_an_audit_into_another_store(db, tmp_path):
         assert n == 1 + len(result.steps) + len(result.kernels) + len(result.regions)
         assert load(dst, new).as_dict() == result.as_dict()
         assert copy_audit_rows(dst.con, 1, src.con, 99) == 0  # a run of cells has no audit rows
+
+
+def test_the_api_returns_an_audits_tables_as_frames(db):
+    import fusebench
+
+    result = synthetic_audit()
+    rid = store_audit(db, result)
+    regions = fusebench.results(rid, db=db)
+    assert list(regions.columns[:4]) == ["run_id", "model", "mode", "dtype"]
+    assert list(regions["index"]) == [r.index for r in result.opportunities()]  # largest gap first
+    assert regions.attrs["audit"].as_dict() == result.as_dict()
+    kernels = fusebench.results(rid, db=db, table="kernels")
+    assert len(kernels) == len(result.kernels) and set(kernels["run_id"]) == {rid}
+    assert list(fusebench.results(rid, db=db, table="steps")["backend"]) == [s.backend for s in result.steps]
+    with pytest.raises(ValueError, match="is an audit: table is one of"):
+        fusebench.results(rid, db=db, table="cells")
+    cells = store_cells_run(db)
+    with pytest.raises(ValueError, match="is a run of cells"):
+        fusebench.results(cells, db=db, table="kernels")
+    assert not fusebench.results(cells, db=db).empty
