@@ -87,7 +87,7 @@ def _options(version: Optional[bool] = typer.Option(None, "--version", is_eager=
     """Benchmark and test suite for GPU kernel fusion."""
 
 COMMANDS = (
-    ("list", measuring.list_cmd), ("run", measuring.run), ("results", stores.results),
+    ("list", measuring.list_cmd), ("run", measuring.run_cmd), ("results", stores.results),
     ("overhead", stores.overhead), ("report", stores.report), ("compare", stores.compare),
     ("show", measuring.show), ("ceilings", measuring.ceilings), ("runs", stores.runs), ("merge", stores.merge),
     ("paired", measuring.paired_cmd), ("standing", stores.standing_cmd), ("audit", audit.audit),

@@ -83,7 +83,7 @@ def _interrupt(signum, frame):
 
 
 @bad_input_is_exit_2
-def run(
+def run_cmd(
     cases: Optional[List[str]] = typer.Argument(None, help="Cases to run (default: all)."),
     impl: Optional[List[str]] = typer.Option(
         None, "--impl", help="Implementations, comma-separated, or all (default: eager, inductor, triton, the vendor "

@@ -20,7 +20,7 @@ Heuristics, used by every memory-bound kernel:
 * The first call for a shape on a GPU times each candidate plan (tuning.autotune) and keeps the
   fastest; the CPU, the interpreter and CUDA-graph capture use the heuristic's first candidate.
   The kernels' launchers keep the plan per key, so that later calls neither list candidates nor
-  ask the tuner (rowwise.run, pointwise._call, horizontal._horizontal).
+  ask the tuner (rowwise.call, pointwise._call, horizontal._horizontal).
 """
 from __future__ import annotations
 

@@ -224,11 +224,11 @@ def norm_chain_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_size
 def layernorm_run(x, weight, bias, plan=None, max_onchip=launch_plans.MAX_ONCHIP, save=False):
     """(F.layer_norm(x, (N,), weight, bias, 1e-5), the plan it ran with); with `save` the output
     is (that, [M, 2] fp32: each row's mean and rstd)."""
-    return rowwise.run(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip, save)
+    return rowwise.call(LAYERNORM, (x,), (weight, bias), layernorm_plans, plan, _SOURCE, max_onchip, save)
 
 
 def norm_chain_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
-    return rowwise.run(NORM_CHAIN, (x,), (), norm_chain_plans, plan, _SOURCE, max_onchip)
+    return rowwise.call(NORM_CHAIN, (x,), (), norm_chain_plans, plan, _SOURCE, max_onchip)
 
 
 def layernorm_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, plan: launch_plans.RowPlan | None = None,

@@ -147,7 +147,7 @@ def add_rmsnorm_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_siz
 def rmsnorm_run(x, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP, save=False):
     """(F.rms_norm(x, (N,), weight, 1e-6), the plan it ran with); with `save` the output is (that,
     [M, 1] fp32: each row's rstd)."""
-    return rowwise.run(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip, save)
+    return rowwise.call(RMSNORM, (x,), (weight,), rmsnorm_plans, plan, _SOURCE, max_onchip, save)
 
 
 def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
@@ -161,7 +161,7 @@ def add_rmsnorm_run(x, residual, weight, plan=None, max_onchip=launch_plans.MAX_
         return (h, y), ran
     if plan is not None and plan.mode != "tile":
         raise ValueError(f"add_rmsnorm runs tile plans only, not {plan.mode}")
-    return rowwise.run(ADD_RMSNORM, (x, residual), (weight,), add_rmsnorm_plans, plan, _SOURCE, max_onchip)
+    return rowwise.call(ADD_RMSNORM, (x, residual), (weight,), add_rmsnorm_plans, plan, _SOURCE, max_onchip)
 
 
 def describe_add_rmsnorm(shape, dtype) -> str:

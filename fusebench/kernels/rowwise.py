@@ -32,7 +32,7 @@ compiler use 16-byte vectors for rows whose length is not a multiple of 16.  Row
 64-bit (a tensor may exceed 2**31 elements); offsets within a row are 32-bit.  EVEN (ops with
 `even` set): every step lies inside the row, so the tile and the plain loop drop their masks.
 
-Host work per call (`run`): one dict lookup of a launcher keyed by the op, a forced plan, the
+Host work per call (`call`): one dict lookup of a launcher keyed by the op, a forced plan, the
 longest row kept on chip and the tensors' shapes, strides, dtypes, device and 16-byte alignment
 (launch.signature) in the family's launch.LauncherCache, the outputs' allocation, and a launch
 through a launch.Launch, which calls the compiled kernel's launcher directly.  The operands'
@@ -442,7 +442,7 @@ class _RowLauncher:
 _CACHE = STATE.launchers("rowwise")
 
 
-def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: launch_plans.RowPlan | None, source,
+def call(op: RowOp, ins, prm, candidates: Callable[..., list], plan: launch_plans.RowPlan | None, source,
         max_onchip: int = launch_plans.MAX_ONCHIP, save: bool = False):
     """(output, plan): `op` on `ins` with `plan`, or with the tuner's choice among
     `candidates(M, N, device, max_onchip=, elem_size=)` (the op's plan list).  With `save` (ops
@@ -459,7 +459,7 @@ def run(op: RowOp, ins, prm, candidates: Callable[..., list], plan: launch_plans
 
 
 def _first_call(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save):
-    """run() for a key without a launcher: check the operands (an exotic layout is copied, and the
+    """call() for a key without a launcher: check the operands (an exotic layout is copied, and the
     copies run under a key of their own), then call the key's launcher, built by _build."""
     ins, prm = tuple(ins), tuple(prm)
     if len(ins) != op.inputs or len(prm) != op.n_params:
@@ -477,7 +477,7 @@ def _first_call(op: RowOp, ins, prm, candidates, plan, source, max_onchip, save)
     # Kernels index the parameters as dense tensors (a strided view is copied).
     dense = tuple(p.contiguous() for p in prm)
     if any(t is not u for t, u in zip((*laid, *dense), (*ins, *prm))):
-        return run(op, laid, dense, candidates, plan, source, max_onchip, save)
+        return call(op, laid, dense, candidates, plan, source, max_onchip, save)
     key = (op.name, plan, max_onchip, save, signature(*ins, *prm))
     return _CACHE.miss(key, _build, op, ins, prm, candidates, plan, source, max_onchip, save)(ins, prm)
 

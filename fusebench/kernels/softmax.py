@@ -363,7 +363,7 @@ SOFTMAX_BACKWARD = RowOp("softmax_backward", load=_dy_y, params=no_params, shift
 
 # ----------------------------------------------------------------------------------------------
 # candidates and wrappers: same signature and outputs as the cases' eager functions.  A wrapper's
-# call is rowwise.run's launcher lookup: the candidates (the plan list's function) and the source
+# call is rowwise.call's launcher lookup: the candidates (the plan list's function) and the source
 # hash (a function) are evaluated only when the key is new.
 
 _SOURCE = functools.partial(tuning.source_hash, __name__, *rowwise.SOURCE_MODULES)
@@ -399,15 +399,15 @@ def double_softmax_plans(M, N, device, max_onchip=launch_plans.MAX_ONCHIP, elem_
 
 def softmax_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
     """(softmax(x, 1), the plan it ran with); `plan` forces one, `max_onchip` the longest row kept on chip."""
-    return rowwise.run(SOFTMAX, (x,), (), softmax_plans, plan, _SOURCE, max_onchip)
+    return rowwise.call(SOFTMAX, (x,), (), softmax_plans, plan, _SOURCE, max_onchip)
 
 
 def double_softmax_run(x, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
-    return rowwise.run(DOUBLE_SOFTMAX, (x,), (), double_softmax_plans, plan, _SOURCE, max_onchip)
+    return rowwise.call(DOUBLE_SOFTMAX, (x,), (), double_softmax_plans, plan, _SOURCE, max_onchip)
 
 
 def softmax_backward_run(dy, y, plan=None, max_onchip=launch_plans.MAX_ONCHIP):
-    return rowwise.run(SOFTMAX_BACKWARD, (dy, y), (), softmax_backward_plans, plan, _SOURCE, max_onchip)
+    return rowwise.call(SOFTMAX_BACKWARD, (dy, y), (), softmax_backward_plans, plan, _SOURCE, max_onchip)
 
 
 def softmax_impl(x: torch.Tensor, plan: launch_plans.RowPlan | None = None, max_onchip: int = launch_plans.MAX_ONCHIP):

@@ -156,7 +156,7 @@ def test_a_forced_plan_is_part_of_the_key(spies):
     args = inputs("layernorm", (3, 700), torch.float32, seed=5)
     forced = launch_plans.loop_plan(64, 4)
     for _ in range(2):
-        out, plan = rowwise.run(knorm.LAYERNORM, args[:1], args[1:], lambda: [], forced, "")
+        out, plan = rowwise.call(knorm.LAYERNORM, args[:1], args[1:], lambda: [], forced, "")
         check("layernorm", out, args)
         assert plan == forced
     assert "autotune" not in spies and len(caches[0]) == 1

@@ -177,7 +177,7 @@ def test_run_returns_the_plan_it_launched(name):
     # no tuning off the GPU: the heuristic's plan; on a GPU the tuner's choice among the candidates
     assert plan == cands[0] if torch.device(DEVICE).type == "cpu" else plan in cands
     forced = launch_plans.loop_plan(64, 4)
-    out, plan = rowwise.run(OPS[name], args[:OPS[name].inputs], args[OPS[name].inputs:], lambda: [], forced, "")
+    out, plan = rowwise.call(OPS[name], args[:OPS[name].inputs], args[OPS[name].inputs:], lambda: [], forced, "")
     assert plan == forced
     check(name, out, args)
 
@@ -304,7 +304,7 @@ def test_saving_runs_are_tuned_apart(monkeypatch):
 def test_only_ops_with_row_constants_save_them():
     x = torch.randn(3, 64, device=DEVICE)
     with pytest.raises(ValueError, match="saves no row constants"):
-        rowwise.run(ksm.SOFTMAX, (x,), (), ksm.softmax_plans, None, "", save=True)
+        rowwise.call(ksm.SOFTMAX, (x,), (), ksm.softmax_plans, None, "", save=True)
 
 
 # ----------------------------------------------------------------------------------------------
