@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
+from fusebench import settings
 from fusebench.kernels import exchange, launch_plans
 from fusebench.kernels.device import cdiv, dependent_launch, next_pow2, num_sms
 from fusebench.kernels.launch import STATE, Launch, dependent, signature
@@ -279,7 +280,10 @@ def norm_backward(dy, x, weight, dh=None, *, center: bool, eps: float, max_onchi
     has_dh = dh is not None
     dh = _rows_contiguous(dh) if has_dh else dy  # `dh is dy` tells the kernels there is none
     saved = stats is not None
-    key = (signature(dy, x, w, dh if has_dh else None), center, eps, max_onchip, programs, prefetch, coop, saved)
+    # FUSEBENCH_COOP decides whether a cooperative plan may be made: part of the key, so a changed
+    # setting decides the next call
+    key = (signature(dy, x, w, dh if has_dh else None), center, eps, max_onchip, programs, prefetch, coop, saved,
+           settings.current().coop)
     found = _PLANS.get(key)
     if found is None:
         M, N = x.shape

@@ -102,3 +102,18 @@ def test_a_changed_attention_setting_decides_the_next_call(monkeypatch):
     monkeypatch.setenv("FUSEBENCH_ATTN_IMPL", "ptr")
     settings.refresh()
     assert "pointer loads" in KERNELS["attention"].describe((1, 1, 16, 16, 0), torch.float16)
+
+
+@pytest.mark.interpreter
+def test_a_changed_coop_setting_is_part_of_the_norm_backwards_key(monkeypatch):
+    from fusebench.kernels import layernorm_backward as klnb
+
+    plans = STATE.table("layernorm_backward.plans")
+    plans.clear()
+    x, dy, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    for coop in ("1", "0", "1"):
+        monkeypatch.setenv("FUSEBENCH_COOP", coop)
+        settings.refresh()
+        klnb.norm_backward(dy, x, w, center=True, eps=1e-5)
+    assert len(plans) == 2  # one plan per setting, the first kept under its key
+    plans.clear()
