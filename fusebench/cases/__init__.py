@@ -6,10 +6,3 @@ from fusebench.cases.base import (  # noqa: F401
     memory_bound_names, parse_dtype, plugin_record, parse_shape, rand, randn, register, shape_str,
 )
 
-
-def __getattr__(name: str):
-    # MEMORY_BOUND: the names of the memory-bound cases in catalog order, read from each case's
-    # `memory_bound` when asked for (the catalog loads on first use, not on this package's import).
-    if name == "MEMORY_BOUND":
-        return memory_bound_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from fusebench.cases import MEMORY_BOUND
+from fusebench.cases import memory_bound_names
 
 _SELECT = ("SELECT c.case_name, c.shape, c.impl, c.time_us, c.gbps, c.started, c.run_id, r.git_commit, "
            "r.device_name FROM cells c JOIN runs r ON r.id = c.run_id "
@@ -82,7 +82,7 @@ def standing(cells: pd.DataFrame, ceilings: dict[str, float], min_mib: float) ->
     """The latest triton cell per (case, shape) above min_mib, with `of_ceiling` (NaN where its GPU
     has no entry in `ceilings`), `of_memcpy` and `measure`, the one of the two that the target is
     checked against."""
-    cells = cells[cells.case_name.isin(MEMORY_BOUND) & (cells["shape"].map(input_mib) > min_mib)]
+    cells = cells[cells.case_name.isin(memory_bound_names()) & (cells["shape"].map(input_mib) > min_mib)]
     triton = cells[cells.impl == "triton"].sort_values("started").groupby(["case_name", "shape"]).tail(1)
     copies = cells[cells.impl == "memcpy"][["store", "run_id", "case_name", "shape", "time_us"]]
     out = triton.merge(copies, on=["store", "run_id", "case_name", "shape"], how="left", suffixes=("", "_memcpy"))
@@ -97,7 +97,7 @@ def standing_lines(table: pd.DataFrame, ceilings: dict[str, float], target: floa
     """Per case: how many shapes reach `target`, then the shapes below it (every shape with
     `every`), each with its store, run and commit."""
     lines = []
-    for case in MEMORY_BOUND:
+    for case in memory_bound_names():
         rows = table[table.case_name == case].sort_values("measure")
         if rows.empty:
             continue
@@ -130,7 +130,7 @@ def versus(cells: pd.DataFrame, worst: int = 4) -> str:
     started = cells.groupby(["store", "run_id", "case_name", "shape"]).started.max().rename("started").reset_index()
     times = (times.merge(started, on=["store", "run_id", "case_name", "shape"]).sort_values("started")
              .drop_duplicates(["case_name", "shape"], keep="last"))
-    for case in MEMORY_BOUND:
+    for case in memory_bound_names():
         t = times[times.case_name == case]
         if t.empty:
             continue
