@@ -194,10 +194,6 @@ class LauncherCache:
             self._entries[key] = launcher
         return launcher
 
-    def put(self, key, launcher):
-        self._entries[key] = launcher
-        return launcher
-
     def clear(self) -> None:
         self._entries.clear()  # the same dict: `get` stays bound to it
 

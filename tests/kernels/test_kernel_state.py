@@ -56,7 +56,7 @@ def test_a_launcher_is_kept_only_where_its_build_says_final():
 def test_caches_and_tables_are_made_once_and_cleared_in_place():
     state = KernelState()
     cache, table = state.launchers("a"), state.table("b")
-    cache.put("k", 1)
+    cache.miss("k", lambda: (1, True))
     table["k"] = 2
     assert state.launchers("a") is cache and state.table("b") is table
     assert state.sizes() == {"launchers:a": 1, "b": 1}
